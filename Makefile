@@ -1,0 +1,36 @@
+# redlock: PGXS build
+EXTENSION = redlock
+MODULE_big = redlock
+OBJS = \
+	src/redlock.o \
+	src/guc.o \
+	src/quorum.o \
+	src/node_io.o \
+	src/lease.o
+DATA = sql/redlock--1.0.sql
+PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
+
+PG_CPPFLAGS = -I$(srcdir)/src
+SHLIB_LINK = -lhiredis
+
+# pg_regress suites: sql/ and expected/
+REGRESS = lease_api
+REGRESS_OPTS = --inputdir=. --load-extension=redlock
+
+# isolation specs: test/specs and test/expected
+ISOLATION = lease_contention
+ISOLATION_OPTS = --inputdir=test --outputdir=output_iso --load-extension=redlock
+
+EXTRA_CLEAN = output_iso test/unit/test_quorum
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# Unit tests of the pure quorum logic: no server, no Redis.
+test/unit/test_quorum: test/unit/test_quorum.c src/quorum.c src/quorum.h
+	$(CC) -std=c99 -O2 -Wall -Wextra -I$(srcdir)/src -o $@ test/unit/test_quorum.c src/quorum.c
+
+.PHONY: unitcheck
+unitcheck: test/unit/test_quorum
+	./test/unit/test_quorum

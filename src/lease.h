@@ -1,0 +1,16 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.h
+ *	  The per-backend lease registry, as seen by the rest of the extension.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDLOCK_LEASE_H
+#define REDLOCK_LEASE_H
+
+#include "access/xact.h"
+
+extern void rl_release_all(bool session, bool xact, bool nothrow);
+extern void rl_xact_callback(XactEvent event, void *arg);
+
+#endif							/* REDLOCK_LEASE_H */

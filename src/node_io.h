@@ -1,0 +1,69 @@
+/*-------------------------------------------------------------------------
+ *
+ * node_io.h
+ *	  Connections to the Redis nodes, and one request sent to all of them
+ *	  at once with the replies awaited in a single wait loop.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDLOCK_NODE_IO_H
+#define REDLOCK_NODE_IO_H
+
+#include "quorum.h"
+#include "redlock.h"
+
+/* How a node's reply to a request is read. */
+typedef enum RlReplyKind
+{
+	RL_REPLY_COUNTER,			/* bulk decimal counter = yes, nil = no */
+	RL_REPLY_FLAG,				/* integer 1 = yes, 0 = no */
+	RL_REPLY_STATUS				/* any non-error reply = yes (probes) */
+} RlReplyKind;
+
+/* When a round is finished. */
+typedef enum RlRoundGoal
+{
+	RL_GOAL_QUORUM,				/* decided: won, contended or unavailable */
+	RL_GOAL_ANSWERS,			/* a majority answered, or cannot */
+	RL_GOAL_ALL					/* every node answered or timed out */
+} RlRoundGoal;
+
+typedef struct RlNodeResult
+{
+	RlVote		vote;
+	bool		protocol_error; /* the node answered with something wrong */
+	int64_t		counter;		/* RL_REPLY_COUNTER: counter before grant */
+	char	   *reply_text;		/* RL_REPLY_STATUS: bulk reply, palloc'd */
+	int64_t		elapsed_us;		/* time to answer */
+	char		detail[160];	/* what happened, for errdetail */
+} RlNodeResult;
+
+typedef struct RlRequest
+{
+	/* input */
+	RlReplyKind reply_kind;
+	RlRoundGoal goal;
+	int			argc;
+	const char **argv;
+	const size_t *argvlen;
+	bool		skip[RL_MAX_NODES]; /* true: do not ask this node */
+	bool		nothrow;		/* commit/abort/exit: never ereport, no
+								 * interrupts */
+
+	/* output */
+	int			nnodes;
+	RlNodeResult results[RL_MAX_NODES];
+	RlTally		tally;
+	RlDecision	decision;
+} RlRequest;
+
+extern int	rl_nodes_count(void);
+extern const char *rl_node_name(int i);
+extern bool rl_nodes_config_changed(void);
+extern void rl_nodes_apply_config(void);
+extern void rl_nodes_run(RlRequest *req);
+extern void rl_nodes_send(RlRequest *req);
+extern void rl_nodes_disconnect_all(void);
+extern int	rl_nodes_open_connections(void);
+
+#endif							/* REDLOCK_NODE_IO_H */

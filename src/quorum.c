@@ -1,0 +1,158 @@
+/*-------------------------------------------------------------------------
+ *
+ * quorum.c
+ *	  The Redlock quorum rules and fencing-token choice, as pure functions.
+ *
+ * Token safety in short: a grant's token T is present (as a lower bound of
+ * the node's counter) on a majority of nodes before the grant is reported.
+ * Any later grant needs its own majority, which shares at least one node
+ * with T's majority; that node reports a counter >= T, and the new token is
+ * chosen strictly greater than every counter reported.  Counters never go
+ * down except when a node loses its data; proposals are taken from the
+ * wall clock in microseconds so that tokens stay ahead of old ones even then
+ * while clocks move forward.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "quorum.h"
+
+#define RL_DRIFT_CONSTANT_US	2000	/* Redis expiry precision, 1-2 ms */
+
+int
+rl_majority(int nnodes)
+{
+	return nnodes / 2 + 1;
+}
+
+RlTally
+rl_tally(const RlVote *votes, int nvotes)
+{
+	RlTally		t = {0, 0, 0, 0};
+
+	for (int i = 0; i < nvotes; i++)
+	{
+		switch (votes[i])
+		{
+			case RL_VOTE_YES:
+				t.yes++;
+				break;
+			case RL_VOTE_NO:
+				t.no++;
+				break;
+			case RL_VOTE_FAILED:
+				t.failed++;
+				break;
+			case RL_VOTE_PENDING:
+				t.pending++;
+				break;
+		}
+	}
+	return t;
+}
+
+/*
+ * Decide a round as soon as its outcome is certain.  Losing is reported as
+ * contention only when a majority did answer, and as unavailability only
+ * when a majority can no longer answer, so the two are never confused; in
+ * between we keep waiting for the pending nodes.
+ */
+RlDecision
+rl_decide(int nnodes, RlTally t)
+{
+	int			majority = rl_majority(nnodes);
+
+	if (t.yes >= majority)
+		return RL_WON;
+	if (t.yes + t.pending >= majority)
+		return RL_UNDECIDED;
+	if (t.yes + t.no >= majority)
+		return RL_CONTENDED;
+	if (t.yes + t.no + t.pending < majority)
+		return RL_UNAVAILABLE;
+	return RL_UNDECIDED;
+}
+
+int64_t
+rl_drift_us(int64_t ttl_ms, double drift_factor)
+{
+	return (int64_t) (ttl_ms * 1000.0 * drift_factor) + RL_DRIFT_CONSTANT_US;
+}
+
+/* Remaining validity of a lease: TTL - elapsed - drift. */
+int64_t
+rl_validity_us(int64_t ttl_ms, int64_t elapsed_us, double drift_factor)
+{
+	return ttl_ms * 1000 - elapsed_us - rl_drift_us(ttl_ms, drift_factor);
+}
+
+/*
+ * Propose a token: the wall clock in microseconds, or one more than the
+ * largest token this backend has seen if that is larger.
+ */
+int64_t
+rl_propose_token(int64_t wall_clock_us, int64_t last_token)
+{
+	if (last_token < INT64_MAX && last_token + 1 > wall_clock_us)
+		return last_token + 1;
+	return wall_clock_us;
+}
+
+/*
+ * Given the counters the granting nodes had before this grant, choose the
+ * token.  Returns true when the proposal stands: it was strictly greater than
+ * every counter, and the acquire script has already raised each granting
+ * node's counter to it.  Otherwise *token is one more than the largest
+ * counter and must be written back to a majority before it is handed out.
+ * Returns false with *token = -1 when no greater token exists.
+ */
+bool
+rl_choose_token(int64_t proposal, const int64_t *counters, int ncounters,
+				int64_t *token)
+{
+	int64_t		max = 0;
+
+	for (int i = 0; i < ncounters; i++)
+		if (counters[i] > max)
+			max = counters[i];
+
+	if (proposal > max)
+	{
+		*token = proposal;
+		return true;
+	}
+	*token = (max == INT64_MAX) ? -1 : max + 1;
+	return false;
+}
+
+/*
+ * Counters travel as decimal strings so that Lua's doubles never touch them.
+ * Accept only canonical non-negative decimals that fit in int64.
+ */
+bool
+rl_parse_counter(const char *s, size_t len, int64_t *value)
+{
+	uint64_t	v = 0;
+
+	if (len == 0 || len > 19 || (len > 1 && s[0] == '0'))
+		return false;
+	for (size_t i = 0; i < len; i++)
+	{
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (uint64_t) (s[i] - '0');
+	}
+	if (v > (uint64_t) INT64_MAX)
+		return false;
+	*value = (int64_t) v;
+	return true;
+}
+
+/* buf must hold 21 bytes; returns the length written */
+int
+rl_format_counter(int64_t value, char *buf)
+{
+	return snprintf(buf, 21, "%lld", (long long) value);
+}

@@ -1,0 +1,27 @@
+/*-------------------------------------------------------------------------
+ *
+ * redlock.c
+ *	  Module entry point: settings and transaction callbacks.
+ *
+ * Nothing connects to Redis here: connections are opened lazily by the
+ * backend that first needs them, so they are never shared across fork.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+
+#include "lease.h"
+#include "redlock.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	rl_define_gucs();
+	RegisterXactCallback(rl_xact_callback, NULL);
+}

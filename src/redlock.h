@@ -1,0 +1,76 @@
+/*-------------------------------------------------------------------------
+ *
+ * redlock.h
+ *	  Declarations shared by the parts of the redlock extension.
+ *
+ * redlock takes Redlock leases on N independent Redis masters and hands out
+ * fencing tokens; the fence trigger rejects writes carrying stale tokens.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDLOCK_H
+#define REDLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* Limits */
+#define RL_MAX_NODES			15
+#define RL_MAX_RESOURCE_LEN		512 /* bytes of a resource name */
+#define RL_MIN_TTL_MS			10
+#define RL_MAX_TTL_MS			86400000	/* one day */
+#define RL_MAX_KEY_PREFIX_LEN	64
+#define RL_MAX_HOST_LEN			255
+#define RL_OWNER_LEN			32	/* hex characters of the random owner */
+
+/*
+ * SQLSTATEs of our own, in class "RL" (classes I-Z are free for
+ * implementations).  Documented in README.md.
+ */
+#define ERRCODE_REDLOCK_STALE_TOKEN		MAKE_SQLSTATE('R','L','0','0','1')
+#define ERRCODE_REDLOCK_NOT_GRANTED		MAKE_SQLSTATE('R','L','0','0','2')
+#define ERRCODE_REDLOCK_LEASE_LOST		MAKE_SQLSTATE('R','L','0','0','3')
+#define ERRCODE_REDLOCK_CONFIG			MAKE_SQLSTATE('R','L','0','0','4')
+#define ERRCODE_REDLOCK_PROTOCOL		MAKE_SQLSTATE('R','L','0','0','5')
+
+/* One configured node, as parsed from redlock.nodes */
+typedef struct RlNodeAddr
+{
+	char		host[RL_MAX_HOST_LEN + 1];
+	int			port;
+} RlNodeAddr;
+
+typedef struct RlNodeList
+{
+	int			count;
+	RlNodeAddr	nodes[RL_MAX_NODES];
+} RlNodeList;
+
+/* guc.c: settings */
+extern const RlNodeList *rl_node_list;	/* NULL or count 0 when unset */
+extern uint64_t rl_node_list_generation;	/* bumped when nodes/auth change */
+extern int	rl_connect_timeout_ms;
+extern int	rl_node_timeout_ms;
+extern double rl_drift_factor;
+extern int	rl_retry_delay_ms;
+extern int	rl_retry_jitter_ms;
+extern char *rl_key_prefix;
+extern char *rl_username;
+extern char *rl_password;
+extern char *rl_fence_token_setting;
+
+extern void rl_define_gucs(void);
+extern bool rl_parse_node_list(const char *value, RlNodeList *out,
+							   char *errbuf, size_t errlen);
+
+/* Monotonic clock in microseconds, for deadlines and lease validity. */
+static inline int64_t
+rl_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+#endif							/* REDLOCK_H */
