@@ -367,7 +367,7 @@ rl_define_gucs(void)
 							   &rl_password,
 							   "",
 							   PGC_SUSET,
-							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
+							   GUC_SUPERUSER_ONLY,
 							   check_credential, assign_credential, NULL);
 
 	DefineCustomStringVariable("redlock.fence_token",

@@ -89,6 +89,8 @@ typedef struct RlLease
 	int64_t		valid_until_us; /* monotonic clock */
 	int			session_holds;
 	int			xact_holds;
+	SubTransactionId xact_subid;	/* subtransaction that took the first
+									 * transaction hold */
 } RlLease;
 
 typedef enum RlAttempt
@@ -512,9 +514,9 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 	lease = hash_search(rl_leases, resource, HASH_FIND, &found);
 	if (found && lease->valid_until_us > rl_now_us())
 	{
-		if (xact)
-			lease->xact_holds++;
-		else
+		if (xact && lease->xact_holds++ == 0)
+			lease->xact_subid = GetCurrentSubTransactionId();
+		else if (!xact)
 			lease->session_holds++;
 		return lease->token;
 	}
@@ -562,9 +564,9 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 	}
 	else
 		lease = hash_search(rl_leases, resource, HASH_ENTER, NULL);
-	if (xact)
-		fresh.xact_holds++;
-	else
+	if (xact && fresh.xact_holds++ == 0)
+		fresh.xact_subid = GetCurrentSubTransactionId();
+	else if (!xact)
 		fresh.session_holds++;
 	memcpy(lease, &fresh, sizeof(RlLease));
 	return lease->token;
@@ -659,6 +661,40 @@ rl_xact_callback(XactEvent event, void *arg)
 			break;
 		default:
 			break;
+	}
+}
+
+/*
+ * A transaction lease first taken in a subtransaction that rolls back goes
+ * with it, as advisory transaction locks do; on commit it moves to the
+ * parent.
+ */
+void
+rl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	HASH_SEQ_STATUS status;
+	RlLease    *lease;
+
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		abandon_in_flight();
+	if (rl_leases == NULL ||
+		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+
+	hash_seq_init(&status, rl_leases);
+	while ((lease = hash_seq_search(&status)) != NULL)
+	{
+		if (lease->xact_holds == 0 || lease->xact_subid != mySubid)
+			continue;
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
+			lease->xact_subid = parentSubid;
+		else
+		{
+			lease->xact_holds = 0;
+			if (lease->session_holds == 0)
+				lease_drop(lease, true);
+		}
 	}
 }
 

@@ -12,5 +12,7 @@
 
 extern void rl_release_all(bool session, bool xact, bool nothrow);
 extern void rl_xact_callback(XactEvent event, void *arg);
+extern void rl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+								SubTransactionId parentSubid, void *arg);
 
 #endif							/* REDLOCK_LEASE_H */

@@ -24,4 +24,5 @@ _PG_init(void)
 {
 	rl_define_gucs();
 	RegisterXactCallback(rl_xact_callback, NULL);
+	RegisterSubXactCallback(rl_subxact_callback, NULL);
 }

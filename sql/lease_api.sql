@@ -1,0 +1,196 @@
+--
+-- The lease API and its bad inputs.  The runner starts 5 Redis nodes on
+-- 16379-16383 and sets redlock.nodes to them.  Tokens are time-based and
+-- vary per run, so they are compared, never printed.
+--
+-- error text and SQLSTATE of a statement, for the bad-input cases
+CREATE FUNCTION pg_temp.outcome(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE q;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+-- session lease: a token, re-entrant, listed, released
+SELECT redlock_try_lock('api:a') AS t1 \gset
+-- the library is loaded now: its settings and defaults
+SHOW redlock.nodes;
+SELECT name, setting, unit, context FROM pg_settings
+ WHERE name LIKE 'redlock.%' AND name <> 'redlock.nodes' ORDER BY name;
+SELECT :t1 > 0 AS positive_token;
+SELECT redlock_try_lock('api:a') = :t1 AS reentrant_same_token;
+SELECT redlock_lock('api:a', 1000) = :t1 AS lock_reenters_too;
+SELECT resource, token = :t1 AS same_token, scope, holds,
+       validity_ms BETWEEN 25000 AND 30000 AS validity_ok
+  FROM redlock_leases;
+SELECT redlock_unlock('api:a'), redlock_unlock('api:a');
+SELECT count(*) FROM redlock_leases;	-- one hold left
+SELECT redlock_unlock('api:a');
+SELECT redlock_unlock('api:a');			-- not held: false and a warning
+SELECT count(*) FROM redlock_leases;
+
+-- every later grant of the resource gets a greater token
+SELECT redlock_lock('api:a') AS t2 \gset
+SELECT :t2 > :t1 AS increasing;
+SELECT redlock_unlock('api:a');
+SELECT redlock_try_lock('api:other') > :t2 AS increasing_across_resources;
+SELECT redlock_unlock_all();
+SELECT count(*) FROM redlock_leases;
+
+-- transaction leases: released at COMMIT, ROLLBACK and on failure
+BEGIN;
+SELECT redlock_xact_lock('api:x') > 0 AS got;
+SELECT resource, scope, holds FROM redlock_leases;
+COMMIT;
+SELECT count(*) FROM redlock_leases;
+BEGIN;
+SELECT redlock_try_xact_lock('api:x') > 0 AS got;
+ROLLBACK;
+SELECT count(*) FROM redlock_leases;
+BEGIN;
+SELECT redlock_try_xact_lock('api:x') > 0 AS got;
+SELECT 1 / 0;
+ROLLBACK;
+SELECT count(*) FROM redlock_leases;
+-- outside a transaction block the lease lasts one statement
+SELECT redlock_xact_lock('api:x') > 0 AS got;
+SELECT count(*) FROM redlock_leases;
+
+-- a session lease taken in a failed transaction stays (as advisory locks)
+BEGIN;
+SELECT redlock_lock('api:s') > 0 AS got;
+SELECT 1 / 0;
+ROLLBACK;
+SELECT resource, scope FROM redlock_leases;
+-- session and transaction holds of one resource share one lease
+BEGIN;
+SELECT redlock_xact_lock('api:s') IS NOT NULL AS got;
+SELECT resource, scope, holds FROM redlock_leases;
+COMMIT;
+SELECT resource, scope, holds FROM redlock_leases;
+SELECT redlock_unlock('api:s');
+
+-- a transaction lease taken in a rolled-back subtransaction goes with it
+BEGIN;
+SELECT redlock_xact_lock('api:outer') > 0 AS got;
+SAVEPOINT sp;
+SELECT redlock_xact_lock('api:inner') > 0 AS got;
+ROLLBACK TO SAVEPOINT sp;
+SELECT resource FROM redlock_leases ORDER BY 1;
+SAVEPOINT sp2;
+SELECT redlock_xact_lock('api:kept') > 0 AS got;
+RELEASE SAVEPOINT sp2;
+SELECT resource FROM redlock_leases ORDER BY 1;
+COMMIT;
+SELECT count(*) FROM redlock_leases;
+
+-- transaction leases cannot survive PREPARE
+BEGIN;
+SELECT redlock_xact_lock('api:p') > 0 AS got;
+PREPARE TRANSACTION 'p';
+SELECT count(*) FROM redlock_leases;
+
+-- extend
+SELECT redlock_lock('api:e', 1000) > 0 AS got;
+SELECT redlock_extend('api:e', 20000) BETWEEN 19000 AND 20000 AS extended;
+SELECT validity_ms > 19000 AS longer FROM redlock_leases WHERE resource = 'api:e';
+SELECT redlock_unlock('api:e');
+SELECT pg_temp.outcome($$SELECT redlock_extend('api:none', 1000)$$);
+-- a lease that ran out cannot be extended: it is lost
+SELECT redlock_lock('api:short', 50) > 0 AS got;
+SELECT pg_sleep(0.1);
+SELECT validity_ms FROM redlock_leases WHERE resource = 'api:short';
+SELECT pg_temp.outcome($$SELECT redlock_extend('api:short', 1000)$$);
+SELECT count(*) FROM redlock_leases;
+-- re-locking an expired lease takes a new grant with a greater token
+SELECT redlock_lock('api:short', 50) AS s1 \gset
+SELECT pg_sleep(0.1);
+SELECT redlock_lock('api:short', 5000) > :s1 AS new_grant_greater_token;
+SELECT holds FROM redlock_leases WHERE resource = 'api:short';
+SELECT redlock_unlock('api:short'), redlock_unlock('api:short');
+
+-- bad arguments
+SELECT pg_temp.outcome($$SELECT redlock_try_lock(NULL)$$);
+SELECT pg_temp.outcome($$SELECT redlock_try_lock('')$$);
+SELECT pg_temp.outcome($$SELECT redlock_lock('a', NULL)$$);
+SELECT pg_temp.outcome($$SELECT redlock_lock('a', 0)$$);
+SELECT pg_temp.outcome($$SELECT redlock_lock('a', -5)$$);
+SELECT pg_temp.outcome($$SELECT redlock_lock('a', 9)$$);
+SELECT pg_temp.outcome($$SELECT redlock_lock('a', 86400001)$$);
+SELECT pg_temp.outcome($$SELECT redlock_xact_lock(NULL, 100)$$);
+SELECT pg_temp.outcome($$SELECT redlock_extend('a', NULL)$$);
+SELECT pg_temp.outcome($$SELECT redlock_unlock(NULL)$$);
+SELECT pg_temp.outcome($$SELECT redlock_unlock('')$$);
+SELECT pg_temp.outcome(format('SELECT redlock_try_lock(%L)', repeat('x', 513)));
+SELECT pg_temp.outcome(format('SELECT redlock_try_lock(%L)', repeat('é', 257)));
+-- the limit itself, multi-byte names, and names that look like syntax
+SELECT redlock_try_lock(repeat('x', 512)) > 0 AS at_limit;
+SELECT redlock_try_lock('ключ-日本-🔒') > 0 AS multibyte;
+SELECT redlock_try_lock($$*"'; redis.call('FLUSHALL') --$$) > 0 AS lua_like;
+SELECT redlock_try_lock(E'a\r\n*1\r\n$8\r\nFLUSHALL\r\n') > 0 AS resp_like;
+SELECT count(*) FROM redlock_leases;
+SELECT redlock_unlock_all();
+
+-- settings: bad values are rejected when set, and the old value stays
+SET redlock.nodes = 'localhost';
+SET redlock.nodes = '127.0.0.1:0';
+SET redlock.nodes = '127.0.0.1:65536';
+SET redlock.nodes = '127.0.0.1:6379,,127.0.0.1:6380';
+SET redlock.nodes = '127.0.0.1:6379,';
+SET redlock.nodes = '127.0.0.1:6379, 127.0.0.1:6379';
+SET redlock.nodes = 'ho st:1';
+SET redlock.nodes = '[::1:6379';
+SET redlock.nodes = '127.0.0.1:6379x';
+SET redlock.nodes = '1:1,2:1,3:1,4:1,5:1,6:1,7:1,8:1,9:1,10:1,11:1,12:1,13:1,14:1,15:1,16:1';
+SHOW redlock.nodes;
+SET redlock.connect_timeout = 'soon';
+SET redlock.connect_timeout = 0;
+SET redlock.node_timeout = -1;
+SET redlock.drift_factor = 2;
+SET redlock.drift_factor = 'NaN';
+SET redlock.retry_delay = 0;
+SET redlock.retry_jitter = -1;
+SET redlock.key_prefix = '';
+SET redlock.key_prefix = 'a*b:';
+SET redlock.key_prefix = 'has space:';
+SET redlock.username = E'bad\nname';
+SET redlock.fence_token = '0';
+SET redlock.fence_token = '-1';
+SET redlock.fence_token = 'abc';
+SET redlock.fence_token = '9223372036854775808';
+SET redlock.fence_token = '9223372036854775807';
+SHOW redlock.fence_token;
+RESET redlock.fence_token;
+SELECT name, setting FROM pg_settings
+ WHERE name IN ('redlock.connect_timeout', 'redlock.node_timeout',
+                'redlock.drift_factor', 'redlock.key_prefix') ORDER BY name;
+
+-- unset nodes: a clear error with a hint
+SET redlock.nodes = '';
+SELECT redlock_try_lock('api:a');
+SELECT redlock_unlock('api:a');
+RESET redlock.nodes;
+
+-- a new node list applies to the next call; leases on the old list go
+SELECT redlock_lock('api:moving') > 0 AS got;
+SET redlock.nodes = '127.0.0.1:16379, 127.0.0.1:16380, 127.0.0.1:16381';
+SELECT redlock_try_lock('api:three') > 0 AS got_on_three_nodes;
+SELECT resource FROM redlock_leases;
+SELECT redlock_unlock_all();
+
+-- one node of three refusing connections still grants; two do not
+SET redlock.nodes = '127.0.0.1:16379, 127.0.0.1:16380, 127.0.0.1:1';
+SELECT redlock_try_lock('api:degraded') > 0 AS granted_with_one_down;
+SELECT redlock_unlock('api:degraded');
+SET redlock.nodes = '127.0.0.1:16379, 127.0.0.1:2, 127.0.0.1:1';
+\set VERBOSITY terse
+SELECT redlock_try_lock('api:degraded');
+\set VERBOSITY default
+SELECT pg_temp.outcome($$SELECT redlock_lock('api:degraded')$$);
+SELECT count(*) FROM redlock_leases;
+-- a single node is the efficiency-lock configuration
+SET redlock.nodes = '127.0.0.1:16383';
+SELECT redlock_try_lock('api:single') > 0 AS single_node;
+SELECT redlock_unlock('api:single');
+RESET redlock.nodes;
