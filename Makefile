@@ -6,7 +6,8 @@ OBJS = \
 	src/guc.o \
 	src/quorum.o \
 	src/node_io.o \
-	src/lease.o
+	src/lease.o \
+	src/fence.o
 DATA = sql/redlock--1.0.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 
@@ -14,11 +15,11 @@ PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lhiredis
 
 # pg_regress suites: sql/ and expected/
-REGRESS = lease_api
+REGRESS = lease_api fence
 REGRESS_OPTS = --inputdir=. --load-extension=redlock
 
 # isolation specs: test/specs and test/expected
-ISOLATION = lease_contention
+ISOLATION = lease_contention fence_rc fence_rr fence_ser fence_pause
 ISOLATION_OPTS = --inputdir=test --outputdir=output_iso --load-extension=redlock
 
 EXTRA_CLEAN = output_iso test/unit/test_quorum

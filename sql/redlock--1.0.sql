@@ -53,4 +53,8 @@ LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 CREATE VIEW redlock_leases AS
     SELECT * FROM redlock_leases();
 
--- Fenced writes (the fence trigger): see src/fence.c.
+-- Fenced writes: BEFORE ROW trigger rejecting stale tokens (src/fence.c).
+CREATE FUNCTION redlock_fence()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'redlock_fence'
+LANGUAGE C;

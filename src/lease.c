@@ -178,7 +178,8 @@ describe_nodes(StringInfo buf, const RlRequest *req)
 		const RlNodeResult *res = &req->results[i];
 
 		appendStringInfo(buf, "\n%s: %s", rl_node_name(i),
-						 res->vote == RL_VOTE_PENDING ? "no answer yet" : res->detail);
+						 res->vote == RL_VOTE_PENDING ?
+						 "not waited for (outcome already decided)" : res->detail);
 	}
 }
 
@@ -438,7 +439,7 @@ report_unavailable(const char *resource, const RlRequest *req)
 	StringInfoData detail;
 
 	initStringInfo(&detail);
-	appendStringInfo(&detail, "%d of %d nodes answered; a majority is %d.",
+	appendStringInfo(&detail, "%d of %d nodes gave a valid answer; a majority is %d.",
 					 req->tally.yes + req->tally.no, req->nnodes,
 					 rl_majority(req->nnodes));
 	describe_nodes(&detail, req);

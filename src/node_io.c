@@ -66,6 +66,7 @@ typedef struct RlNode
 
 	/* current round */
 	int64_t		asked_at_us;	/* when our command could first be sent */
+	bool		was_idle;		/* an idle connection was reused for it */
 
 	/* position in the wait event set, -1 if none */
 	int			wes_pos;
@@ -76,6 +77,7 @@ static RlNode rl_nodes[RL_MAX_NODES];
 static int	rl_nnodes = 0;
 static uint64_t rl_applied_generation = 0;
 static uint64_t rl_round_id = 0;
+static uint64_t rl_dispatch_tag = 0;	/* tag of what is being dispatched */
 
 static WaitEventSet *rl_wes = NULL;
 static bool rl_wes_stale = true;
@@ -250,6 +252,34 @@ node_connect(RlNode *node, RlRequest *req)
 	}
 }
 
+/*
+ * The connection broke under this round's request.  A connection that sat
+ * idle since the last round may simply have been closed by a restarted
+ * node: reconnect once at once and send the request again, instead of
+ * failing the node for this round.
+ */
+static void
+node_lost(RlNode *node, RlRequest *req, const char *what)
+{
+	int			idx = node - rl_nodes;
+
+	if (req != NULL && node->was_idle && !req->skip[idx] &&
+		req->results[idx].vote == RL_VOTE_PENDING)
+	{
+		node->was_idle = false;
+		node_disconnect(node);
+		node_connect(node, req);
+		if (node->state == RL_CONN_NONE)
+			return;				/* node_connect failed it */
+		if (redisAppendCommandArgv(node->ctx, req->argc, req->argv,
+								   req->argvlen) != REDIS_OK ||
+			!owe_reply(node, rl_dispatch_tag))
+			node_fail(node, req, "could not queue the request");
+		return;
+	}
+	node_fail(node, req, "%s", what);
+}
+
 /* Interpret a reply to the current round's command. */
 static void
 take_reply(RlRequest *req, int idx, redisReply *reply)
@@ -326,8 +356,11 @@ node_read(RlNode *node, RlRequest *req)
 
 	if (redisBufferRead(node->ctx) != REDIS_OK)
 	{
-		node_fail(node, req, "connection lost: %s",
-				  node->ctx->errstr[0] ? node->ctx->errstr : "closed by the server");
+		char		what[160];
+
+		snprintf(what, sizeof(what), "connection lost: %s",
+				 node->ctx->errstr[0] ? node->ctx->errstr : "closed by the server");
+		node_lost(node, req, what);
 		return;
 	}
 
@@ -393,7 +426,10 @@ node_write(RlNode *node, RlRequest *req)
 
 	if (redisBufferWrite(node->ctx, &done) != REDIS_OK)
 	{
-		node_fail(node, req, "could not send: %s", node->ctx->errstr);
+		char		what[160];
+
+		snprintf(what, sizeof(what), "could not send: %s", node->ctx->errstr);
+		node_lost(node, req, what);
 		return;
 	}
 	node->want_write = !done;
@@ -464,6 +500,7 @@ nodes_dispatch(RlRequest *req, uint64_t tag)
 			continue;
 		}
 		res->vote = RL_VOTE_PENDING;
+		node->was_idle = (node->state == RL_CONN_READY && node->owed_count == 0);
 
 		if (node->state == RL_CONN_NONE)
 		{
@@ -680,6 +717,7 @@ rl_nodes_run(RlRequest *req)
 {
 	nodes_housekeeping();
 	rl_round_id++;
+	rl_dispatch_tag = rl_round_id;
 	nodes_dispatch(req, rl_round_id);
 	round_wait(req);
 }
@@ -693,5 +731,6 @@ void
 rl_nodes_send(RlRequest *req)
 {
 	nodes_housekeeping();
+	rl_dispatch_tag = RL_TAG_DISCARD;
 	nodes_dispatch(req, RL_TAG_DISCARD);
 }

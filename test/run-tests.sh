@@ -44,15 +44,16 @@ echo "== TAP: process-level tests"
 mkdir -p "$work/tap"
 cp -r test/t test/perl "$work/tap/"
 chown -R postgres: "$work/tap"
-pgxs_perl=$(dirname "$(pg_config --pgxs)")/../test/perl
+pgxs_test=$(dirname "$(pg_config --pgxs)")/../test
 if [ "$(id -u)" -eq 0 ]; then
 	as_pg=(runuser -u postgres --)
 else
 	as_pg=()
 fi
 (cd "$work/tap" && "${as_pg[@]}" env PATH="$PATH" TESTDIR="$work/tap" \
-	PERL5LIB="$pgxs_perl:$work/tap/perl" \
-	prove ${PROVE_FLAGS:-} t/) || {
+	PG_REGRESS="$pgxs_test/regress/pg_regress" \
+	PERL5LIB="$pgxs_test/perl:$work/tap/perl" \
+	prove ${PROVE_FLAGS:-} t/*.pl) || {
 	find "$work/tap/tmp_check/log" -name 'regress_log_*' -exec tail -n 60 {} \; 2>/dev/null
 	exit 1
 }

@@ -1,0 +1,329 @@
+--
+-- redlock_fence(): the fence trigger, exercised with literal tokens.
+-- After each refusal, \echo :LAST_ERROR_SQLSTATE shows the SQLSTATE
+-- (RL001 for every fence refusal).
+--
+\set SHOW_CONTEXT never
+
+CREATE TABLE acct (id int PRIMARY KEY, balance int NOT NULL, fence_token bigint);
+-- a row written before the trigger existed: never fenced (NULL token)
+INSERT INTO acct VALUES (0, 0, NULL);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON acct
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+
+--
+-- INSERT: a positive token from the column, or from redlock.fence_token
+-- when the column is NULL (stamped into the row); no stored token to beat.
+--
+INSERT INTO acct VALUES (1, 100, 5);
+INSERT INTO acct VALUES (2, 100, NULL);
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO acct VALUES (2, 100, 0);
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO acct VALUES (2, 100, -3);
+BEGIN;
+SET LOCAL redlock.fence_token = 7;
+INSERT INTO acct (id, balance) VALUES (2, 100);
+-- the column, when given, wins over the setting
+INSERT INTO acct VALUES (3, 100, 9);
+COMMIT;
+SELECT * FROM acct ORDER BY id;
+
+--
+-- UPDATE setting the column: the new value is the offered token.
+--
+UPDATE acct SET balance = 110, fence_token = 6 WHERE id = 1;	-- 6 > 5
+UPDATE acct SET balance = 120, fence_token = 6 WHERE id = 1;	-- equal
+\echo :LAST_ERROR_SQLSTATE
+UPDATE acct SET balance = 120, fence_token = 4 WHERE id = 1;	-- older
+UPDATE acct SET balance = 120, fence_token = NULL WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE acct SET balance = 120, fence_token = fence_token WHERE id = 1;
+-- one stale row fails the whole statement
+UPDATE acct SET balance = balance + 1, fence_token = 8;
+SELECT * FROM acct ORDER BY id;
+
+--
+-- UPDATE leaving the column unchanged: the token comes from
+-- redlock.fence_token and is stamped into the row.
+--
+UPDATE acct SET balance = 130 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SET LOCAL redlock.fence_token = 10;
+UPDATE acct SET balance = 130 WHERE id = 1;
+SELECT * FROM acct WHERE id = 1;
+-- same token again: rejected under 'strict'
+UPDATE acct SET balance = 140 WHERE id = 1;
+ROLLBACK;
+BEGIN;
+SET LOCAL redlock.fence_token = 3;
+UPDATE acct SET balance = 140 WHERE id = 1;
+ROLLBACK;
+-- an UPDATE writing every column back (as some ORMs do) uses the setting
+BEGIN;
+SET LOCAL redlock.fence_token = 11;
+UPDATE acct SET balance = 150, fence_token = fence_token WHERE id = 1;
+-- a column value that changes the token wins over the setting
+UPDATE acct SET balance = 160, fence_token = 12 WHERE id = 1;
+COMMIT;
+SELECT * FROM acct WHERE id = 1;
+-- the setting is transaction-local when set with SET LOCAL
+SELECT current_setting('redlock.fence_token') = '' AS unset_after_commit;
+-- and must be a positive bigint
+SET redlock.fence_token = 'abc';
+SET redlock.fence_token = 0;
+SET redlock.fence_token = -1;
+SET redlock.fence_token = 9223372036854775808;
+
+--
+-- A row never fenced (NULL token) accepts any positive token.
+--
+UPDATE acct SET balance = 1, fence_token = 0 WHERE id = 0;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE acct SET balance = 1, fence_token = 1 WHERE id = 0;
+SELECT * FROM acct WHERE id = 0;
+
+--
+-- DELETE: the token comes from redlock.fence_token only.
+--
+DELETE FROM acct WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SET LOCAL redlock.fence_token = 12;
+DELETE FROM acct WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SET LOCAL redlock.fence_token = 13;
+DELETE FROM acct WHERE id = 1 RETURNING *;
+COMMIT;
+INSERT INTO acct VALUES (4, 0, 1);
+ALTER TABLE acct DISABLE TRIGGER fence;
+UPDATE acct SET fence_token = NULL WHERE id = 4;
+ALTER TABLE acct ENABLE TRIGGER fence;
+BEGIN;
+SET LOCAL redlock.fence_token = 1;
+DELETE FROM acct WHERE id = 4 RETURNING *;
+COMMIT;
+
+--
+-- INSERT ... ON CONFLICT DO UPDATE is fenced on its update path.
+--
+INSERT INTO acct VALUES (2, 999, 7)
+	ON CONFLICT (id) DO UPDATE SET balance = EXCLUDED.balance, fence_token = EXCLUDED.fence_token;
+INSERT INTO acct VALUES (2, 200, 8)
+	ON CONFLICT (id) DO UPDATE SET balance = EXCLUDED.balance, fence_token = EXCLUDED.fence_token;
+SELECT * FROM acct ORDER BY id;
+
+--
+-- integer and smallint token columns, named by the first argument
+-- (case-sensitive, as stored); compared as bigint.
+--
+CREATE TABLE acct4 (id int PRIMARY KEY, balance int, "Tok" integer);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON acct4
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('Tok');
+INSERT INTO acct4 VALUES (1, 0, 2147483646);
+UPDATE acct4 SET balance = 1, "Tok" = 2147483647;
+UPDATE acct4 SET balance = 2, "Tok" = 2147483646;
+BEGIN;
+SET LOCAL redlock.fence_token = 2147483648;
+UPDATE acct4 SET balance = 2;
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM acct4;
+CREATE TABLE acct2 (id int PRIMARY KEY, balance int, tok smallint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON acct2
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('tok', 'strict');
+INSERT INTO acct2 VALUES (1, 0, 300);
+UPDATE acct2 SET balance = 1, tok = 299;
+BEGIN;
+SET LOCAL redlock.fence_token = 301;
+UPDATE acct2 SET balance = 1;
+COMMIT;
+BEGIN;
+SET LOCAL redlock.fence_token = 40000;
+UPDATE acct2 SET balance = 2;
+ROLLBACK;
+SELECT * FROM acct2;
+
+--
+-- 'allow_equal': greater or equal, so the same holder can write again.
+--
+CREATE TABLE ledger (id int PRIMARY KEY, balance int NOT NULL, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON ledger
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'allow_equal');
+INSERT INTO ledger VALUES (1, 100, 10);
+UPDATE ledger SET balance = 101, fence_token = 10;	-- equal: accepted
+BEGIN;
+SET LOCAL redlock.fence_token = 10;
+UPDATE ledger SET balance = 102;					-- equal: accepted
+COMMIT;
+UPDATE ledger SET balance = 103, fence_token = 9;	-- older: rejected
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM ledger;
+
+-- Read-claim-compute-write.  Holder A (token 11) claims the row and reads
+-- it in one statement, computes outside any transaction, then writes under
+-- the same token.
+UPDATE ledger SET fence_token = 11 WHERE id = 1 RETURNING balance;
+UPDATE ledger SET balance = 102 + 5, fence_token = 11 WHERE id = 1;
+SELECT * FROM ledger;
+
+-- Outcome 1: the stale holder is rejected at its claim.  B (12) claims;
+-- A, still believing it holds the lease with 11, then tries to claim.
+UPDATE ledger SET fence_token = 12 WHERE id = 1 RETURNING balance;
+UPDATE ledger SET fence_token = 11 WHERE id = 1 RETURNING balance;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE ledger SET balance = 107 + 20, fence_token = 12 WHERE id = 1;
+SELECT * FROM ledger;
+
+-- Outcome 2: the stale holder is rejected at its write.  A (13) claims and
+-- reads 127, pauses; B (14) claims, reads 127 and writes 127 + 50; A wakes
+-- and writes 127 + 5 with 13.  B's update stands, A must retry.
+UPDATE ledger SET fence_token = 13 WHERE id = 1 RETURNING balance;
+UPDATE ledger SET fence_token = 14 WHERE id = 1 RETURNING balance;
+UPDATE ledger SET balance = 127 + 50, fence_token = 14 WHERE id = 1;
+UPDATE ledger SET balance = 127 + 5, fence_token = 13 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+-- the write may also take the token from the setting
+BEGIN;
+SET LOCAL redlock.fence_token = 13;
+UPDATE ledger SET balance = 127 + 5 WHERE id = 1;
+ROLLBACK;
+SELECT * FROM ledger;
+
+-- Why the claim matters: a plain read followed by a fenced write still
+-- loses an update.  The fence orders writes, not reads: B (16) reads before
+-- the older A's (15) write lands, so both writes pass the fence and A's +5
+-- is lost (the balance ends at 227, not 232).
+SELECT balance FROM ledger WHERE id = 1;						-- A reads 177
+SELECT balance FROM ledger WHERE id = 1;						-- B reads 177
+UPDATE ledger SET balance = 177 + 5, fence_token = 15 WHERE id = 1;	-- A
+UPDATE ledger SET balance = 177 + 50, fence_token = 16 WHERE id = 1;	-- B
+SELECT * FROM ledger;
+
+--
+-- Partitions: the trigger on the parent is cloned to every partition, and
+-- the column is found per partition (different column positions here).
+--
+CREATE TABLE parted (region int, id int, fence_token bigint, v text)
+	PARTITION BY LIST (region);
+CREATE TABLE parted_1 PARTITION OF parted FOR VALUES IN (1);
+CREATE TABLE parted_2 (v text, fence_token bigint, id int, region int);
+ALTER TABLE parted ATTACH PARTITION parted_2 FOR VALUES IN (2);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON parted
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+INSERT INTO parted VALUES (1, 1, 5, 'a'), (2, 1, 5, 'b');
+UPDATE parted SET v = 'c', fence_token = 6 WHERE region = 2;
+UPDATE parted SET v = 'd', fence_token = 5 WHERE region = 2;
+BEGIN;
+SET LOCAL redlock.fence_token = 7;
+UPDATE parted SET v = v || '!';
+COMMIT;
+SELECT tableoid::regclass, * FROM parted ORDER BY region;
+-- An UPDATE moving a row to another partition is a DELETE from the old
+-- partition (whose trigger takes the token from redlock.fence_token) and an
+-- INSERT into the new one, so it needs the setting.
+UPDATE parted SET region = 2, id = 2, fence_token = 8 WHERE region = 1;
+BEGIN;
+SET LOCAL redlock.fence_token = 8;
+UPDATE parted SET region = 2, id = 2 WHERE region = 1;
+COMMIT;
+SELECT tableoid::regclass, * FROM parted ORDER BY region, id;
+
+--
+-- Misuse.  Errors surface at the first write the trigger sees.
+--
+CREATE TABLE misuse (id int, fence_token bigint, t text, n numeric);
+INSERT INTO misuse VALUES (1, 1, 'x', 1);
+CREATE VIEW misuse_v AS SELECT * FROM misuse;
+
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'strict', 'x');
+UPDATE misuse SET fence_token = 2;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER bad ON misuse;
+
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'lenient');
+UPDATE misuse SET fence_token = 2;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER bad ON misuse;
+
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('no_such_column');
+UPDATE misuse SET fence_token = 2;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER bad ON misuse;
+
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('t');
+UPDATE misuse SET fence_token = 2;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER bad ON misuse;
+
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('n');
+UPDATE misuse SET fence_token = 2;
+DROP TRIGGER bad ON misuse;
+
+CREATE TRIGGER bad AFTER UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+UPDATE misuse SET fence_token = 2;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER bad ON misuse;
+
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH STATEMENT EXECUTE FUNCTION redlock_fence();
+UPDATE misuse SET fence_token = 2;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER bad ON misuse;
+
+CREATE TRIGGER bad BEFORE TRUNCATE ON misuse
+	FOR EACH STATEMENT EXECUTE FUNCTION redlock_fence();
+TRUNCATE misuse;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER bad ON misuse;
+
+CREATE TRIGGER bad INSTEAD OF UPDATE ON misuse_v
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+UPDATE misuse_v SET fence_token = 2;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER bad ON misuse_v;
+
+-- a dropped token column is not found
+CREATE TABLE dropped (id int, fence_token bigint);
+INSERT INTO dropped VALUES (1, 1);
+CREATE TRIGGER fence BEFORE UPDATE ON dropped
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+ALTER TABLE dropped DROP COLUMN fence_token;
+UPDATE dropped SET id = 2;
+\echo :LAST_ERROR_SQLSTATE
+
+-- not a trigger call
+SELECT redlock_fence();
+\echo :LAST_ERROR_SQLSTATE
+
+--
+-- What an application sees: the SQLSTATE and the error fields.
+--
+DO $$
+DECLARE
+	state text;
+	msg text;
+	detail text;
+	sch text;
+	tab text;
+	col text;
+BEGIN
+	UPDATE acct SET balance = 0, fence_token = 2 WHERE id = 2;
+EXCEPTION WHEN SQLSTATE 'RL001' THEN
+	GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
+		detail = PG_EXCEPTION_DETAIL, sch = SCHEMA_NAME, tab = TABLE_NAME,
+		col = COLUMN_NAME;
+	RAISE NOTICE 'fenced out: % / % / % / %.%.%', state, msg, detail, sch, tab, col;
+END $$;
+
+DROP VIEW misuse_v;
+DROP TABLE acct, acct4, acct2, ledger, parted, misuse, dropped;

@@ -1,0 +1,115 @@
+# A real redis-server on loopback for process-level tests: start, kill,
+# pause (SIGSTOP), resume, restart with or without its data.
+package RedisNode;
+
+use strict;
+use warnings FATAL => 'all';
+
+use File::Path qw(rmtree);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Time::HiRes qw(usleep);
+
+my @all_nodes;
+
+sub new
+{
+	my ($class, %args) = @_;
+	my $self = {
+		port => $args{port} // PostgreSQL::Test::Cluster::get_free_port(),
+		dir => $args{dir} // PostgreSQL::Test::Utils::tempdir('redis'),
+		args => $args{args} // [],
+		pid => undef,
+	};
+	bless $self, $class;
+	push @all_nodes, $self;
+	$self->start unless $args{no_start};
+	return $self;
+}
+
+sub port { return $_[0]->{port}; }
+sub addr { return "127.0.0.1:$_[0]->{port}"; }
+
+sub start
+{
+	my ($self) = @_;
+	my $pidfile = "$self->{dir}/redis.pid";
+	unlink $pidfile;
+	system('redis-server', '--port', $self->{port}, '--bind', '127.0.0.1',
+		'--dir', $self->{dir}, '--save', '', '--appendonly', 'no',
+		'--daemonize', 'yes', '--pidfile', $pidfile,
+		'--logfile', "$self->{dir}/redis.log", @{ $self->{args} }) == 0
+	  or die "could not start redis-server on port $self->{port}";
+	for (1 .. 200)
+	{
+		last if -s $pidfile && $self->ping;
+		usleep(25_000);
+	}
+	die "redis-server on port $self->{port} did not start" unless $self->ping;
+	open my $fh, '<', $pidfile or die "no pid file: $!";
+	chomp($self->{pid} = <$fh>);
+	close $fh;
+	return $self;
+}
+
+sub ping
+{
+	my ($self) = @_;
+	my $out = `redis-cli -p $self->{port} ping 2>/dev/null`;
+	return defined $out && $out =~ /PONG|NOAUTH/;    # NOAUTH: up, wants a password
+}
+
+# run a redis-cli command, return its output without the trailing newline
+sub cli
+{
+	my ($self, @cmd) = @_;
+	my @quoted = map { my $a = $_; $a =~ s/'/'\\''/g; "'$a'" } @cmd;
+	my $out = `redis-cli -p $self->{port} @quoted 2>&1`;
+	chomp $out;
+	return $out;
+}
+
+sub kill9
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	kill 'CONT', $self->{pid};
+	kill 'KILL', $self->{pid};
+	# gone, or a zombie waiting for init to reap it
+	for (1 .. 500)
+	{
+		last unless kill(0, $self->{pid});
+		my $stat = '';
+		if (open my $fh, '<', "/proc/$self->{pid}/stat")
+		{
+			$stat = <$fh> // '';
+			close $fh;
+		}
+		last if $stat =~ /^\d+ \(.*\) Z/;
+		usleep(10_000);
+	}
+	$self->{pid} = undef;
+}
+
+sub pause { kill 'STOP', $_[0]->{pid}; }
+sub resume { kill 'CONT', $_[0]->{pid}; }
+
+# restart on the same port; its dataset is gone (no persistence)
+sub restart
+{
+	my ($self) = @_;
+	$self->kill9;
+	$self->start;
+}
+
+END
+{
+	for my $n (@all_nodes)
+	{
+		next unless $n->{pid};
+		kill 'CONT', $n->{pid};
+		kill 'KILL', $n->{pid};
+	}
+}
+
+1;

@@ -1,0 +1,148 @@
+# Quorum behaviour with real Redis nodes failing: killed, stopped (SIGSTOP),
+# restarted empty; tokens stay strictly increasing through all of it.
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedisNode;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @redis = map { RedisNode->new } 1 .. 5;
+my $nodes = join(',', map { $_->addr } @redis);
+
+my $pg = PostgreSQL::Test::Cluster->new('main');
+$pg->init;
+$pg->append_conf('postgresql.conf', "redlock.nodes = '$nodes'\n");
+$pg->start;
+$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+
+# one attempt; returns (token or '', stderr)
+sub try_lock
+{
+	my ($res, $ttl, %opt) = @_;
+	$ttl //= 5000;
+	my $pre = $opt{pre} // '';
+	my ($rc, $out, $err) = $pg->psql('postgres',
+		"$pre SELECT redlock_try_lock('$res', $ttl)");
+	return ($out, $err);
+}
+
+# take and release in one session; returns the token
+sub lock_cycle
+{
+	my ($res, %opt) = @_;
+	my $pre = $opt{pre} // '';
+	return $pg->safe_psql('postgres',
+		"$pre SELECT redlock_lock('$res', 5000) AS t \\gset\n"
+		  . "SELECT redlock_unlock('$res') \\g /dev/null\nSELECT :t");
+}
+
+# --- two of five killed: still granted
+$redis[3]->kill9;
+$redis[4]->kill9;
+my ($tok, $err) = try_lock('f:two-down');
+like($tok, qr/^\d+$/, 'two of five nodes killed: lease still granted');
+
+# --- three of five killed: a quick error naming every node's outcome
+$redis[2]->kill9;
+my $t0 = time;
+($tok, $err) = try_lock('f:three-down');
+my $took = time - $t0;
+is($tok, '', 'three of five killed: no token');
+like($err, qr/RL002|fewer than a majority of Redis nodes could answer/,
+	'three of five killed: not-granted error');
+like($err, qr/[0-2] of 5 nodes gave a valid answer; a majority is 3/, 'detail counts answers');
+for my $i (2 .. 4)
+{
+	my $addr = $redis[$i]->addr;
+	like($err, qr/\Q$addr\E: could not connect: Connection refused/,
+		"detail names node $i as refusing connections");
+}
+like($err, qr/\Q${\ $redis[0]->addr }\E: (granted|not waited for \(outcome already decided\))/,
+	'detail shows the healthy node granted or was not waited for');
+cmp_ok($took, '<', 3, "refusal came quickly (${took}s, no hang)");
+is($redis[0]->cli('KEYS', 'redlock:lock:*'), '',
+	'the failed attempt left no lock key behind');
+
+$_->start for @redis[2 .. 4];
+
+# --- two of five stopped (SIGSTOP) with a huge node_timeout: granted without
+# waiting for them, because a majority already decided
+$redis[3]->pause;
+$redis[4]->pause;
+$t0 = time;
+($tok, $err) = try_lock('f:two-stopped', 5000,
+	pre => "SET redlock.node_timeout = '10s';");
+$took = time - $t0;
+like($tok, qr/^\d+$/, 'two of five stopped: lease granted');
+cmp_ok($took, '<', 5, "granted without waiting for the stopped nodes (${took}s, node_timeout 10s)");
+$redis[3]->resume;
+$redis[4]->resume;
+
+# --- three stopped: refused after node_timeout, not hanging
+$redis[$_]->pause for 2 .. 4;
+$t0 = time;
+($tok, $err) = try_lock('f:three-stopped', 5000,
+	pre => "SET redlock.node_timeout = '300ms';");
+$took = time - $t0;
+is($tok, '', 'three of five stopped: no token');
+like($err, qr/timed out after 300 ms/, 'detail says the stopped nodes timed out');
+cmp_ok($took, '<', 5, "refused after node_timeout (${took}s)");
+$redis[$_]->resume for 2 .. 4;
+
+# --- nodes restarted with an empty dataset: tokens keep increasing, because
+# proposals come from the clock, which is ahead of every token issued so far
+my $before = lock_cycle('f:empty');
+$redis[1]->restart;
+$redis[2]->restart;
+my $after = lock_cycle('f:empty');
+cmp_ok($after, '>', $before, 'tokens increase after two nodes lost their data');
+
+# --- the node-subset sequence: tokens strictly increase.  One node's counter
+# is raised far ahead of the clock so that proposals lose and the token must
+# come from the counters and be written back (the second round).
+my $ahead = $pg->safe_psql('postgres',
+	"SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint + 1000000000000");
+$redis[0]->cli('SET', 'redlock:token-counter', $ahead);
+my @tokens;
+for my $down ([ 3, 4 ], [ 0, 1 ], [ 2, 3 ], [ 3, 4 ], [ 0, 1 ], [ 2, 3 ])
+{
+	$redis[$_]->pause for @$down;
+	push @tokens,
+	  lock_cycle('f:seq', pre => "SET redlock.node_timeout = '200ms';");
+	$redis[$_]->resume for @$down;
+}
+note "tokens: @tokens";
+ok($tokens[0] > $ahead, 'first token beat the counter that was ahead of the clock');
+my $increasing = 1;
+for my $i (1 .. $#tokens)
+{
+	$increasing = 0 unless $tokens[$i] > $tokens[ $i - 1 ];
+}
+ok($increasing, 'tokens strictly increase across shifting majorities');
+
+# --- a restarted node is reconnected: afterwards it is needed for a majority
+my $s = $pg->background_psql('postgres', on_error_stop => 0);
+$s->query_safe("SELECT redlock_try_lock('f:warm'); SELECT redlock_unlock('f:warm')");
+$redis[0]->restart;
+usleep(2_500_000);    # longer than the largest reconnect backoff
+$redis[1]->pause;
+$redis[2]->pause;
+my $out = $s->query("SELECT redlock_try_lock('f:reconnected') IS NOT NULL");
+is($out, 't', 'a restarted node was reconnected and granted');
+$redis[1]->resume;
+$redis[2]->resume;
+$s->query_safe("SELECT redlock_unlock_all()");
+
+# --- one connection per node per backend across many cycles
+my $clients_before = $redis[3]->cli('INFO', 'stats') =~ /total_connections_received:(\d+)/ ? $1 : -1;
+$s->query_safe("SELECT count(redlock_try_lock('f:reuse')) + count(redlock_unlock('f:reuse')) FROM generate_series(1, 500)");
+my $clients_after = $redis[3]->cli('INFO', 'stats') =~ /total_connections_received:(\d+)/ ? $1 : -1;
+# the second INFO's own redis-cli connection is the one new connection
+is($clients_after - $clients_before, 1, '500 cycles opened no new connections to a node');
+$s->quit;
+
+$pg->stop;
+done_testing();

@@ -1,0 +1,128 @@
+# What happens to leases when sessions wait, are cancelled, time out, are
+# terminated or crash, and when Redis wants a password.
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedisNode;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @redis = map { RedisNode->new } 1 .. 3;
+my $nodes = join(',', map { $_->addr } @redis);
+
+my $pg = PostgreSQL::Test::Cluster->new('main');
+$pg->init;
+$pg->append_conf('postgresql.conf',
+	"redlock.nodes = '$nodes'\nredlock.retry_delay = 20\nredlock.retry_jitter = 10\nrestart_after_crash = on\n");
+$pg->start;
+$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+
+sub lock_keys
+{
+	my $keys = $redis[0]->cli('KEYS', 'redlock:lock:*');
+	return $keys;
+}
+
+my $holder = $pg->background_psql('postgres', on_error_stop => 0);
+my $t1 = $holder->query_safe("SELECT redlock_lock('life:r', 60000)");
+like($t1, qr/^\d+$/, 'holder got a token');
+
+# --- redlock_lock waits and gives up at lock_timeout with 55P03
+my ($rc, $out, $err) = $pg->psql('postgres',
+	"SET lock_timeout = '300ms'; SELECT redlock_lock('life:r')",
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/55P03: could not obtain lease on "life:r" within lock_timeout \(300 ms\)/,
+	'lock_timeout ends the wait with 55P03');
+like($err, qr/held by another owner/, 'the detail shows the nodes that refused');
+
+# --- statement_timeout and cancel interrupt the wait; nothing is left held
+($rc, $out, $err) = $pg->psql('postgres',
+	"SET statement_timeout = '300ms'; SELECT redlock_lock('life:r')");
+like($err, qr/canceling statement due to statement timeout/,
+	'statement_timeout interrupts the wait');
+
+my $waiter = $pg->background_psql('postgres', on_error_stop => 0);
+my $waiter_pid = $waiter->query_safe('SELECT pg_backend_pid()');
+$waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT redlock_lock('life:r');\n");
+usleep(200_000);
+$pg->safe_psql('postgres', "SELECT pg_cancel_backend($waiter_pid)");
+$out = $waiter->query("SELECT count(*) FROM redlock_leases");
+like($waiter->{stderr}, qr/canceling statement due to user request/,
+	'cancel interrupts the wait');
+$waiter->{stderr} = '';
+is($out, '0', 'the cancelled session holds nothing');
+is($holder->query_safe("SELECT count(*) FROM redlock_leases"), '1',
+	'the holder still holds its lease');
+
+# --- the holder releases; the waiter then gets a greater token
+$holder->query_safe("SELECT redlock_unlock('life:r')");
+my $t2 = $waiter->query_safe("SELECT redlock_lock('life:r', 60000)");
+cmp_ok($t2, '>', $t1, 'next holder gets a greater token');
+
+# --- a terminated backend releases its leases on the way out
+my $waiter_pid2 = $waiter->query_safe('SELECT pg_backend_pid()');
+$pg->safe_psql('postgres', "SELECT pg_terminate_backend($waiter_pid2, 5000)");
+$waiter->quit;
+my $t3 = $pg->safe_psql('postgres', "SELECT redlock_try_lock('life:r', 60000)");
+like($t3, qr/^\d+$/, 'lease of a terminated backend was released at exit');
+cmp_ok($t3, '>', $t2, 'and the token increased');
+is(lock_keys(), '', 'the one-statement session released at its exit too');
+
+# --- a backend killed with SIGKILL cannot release: its lease expires by TTL
+my $victim = $pg->background_psql('postgres', on_error_stop => 0);
+my $victim_pid = $victim->query_safe('SELECT pg_backend_pid()');
+my $t4 = $victim->query_safe("SELECT redlock_lock('life:crash', 3000)");
+kill 'KILL', $victim_pid;
+$victim->{run}->kill_kill;
+# the postmaster restarts all backends after a crash
+$pg->poll_query_until('postgres', 'SELECT true') or die 'no restart';
+is($pg->safe_psql('postgres', "SELECT redlock_try_lock('life:crash')"), '',
+	'right after the crash the lease is still held');
+my $t5;
+my $start = time;
+while (time - $start < 20)
+{
+	$t5 = $pg->safe_psql('postgres', "SELECT redlock_try_lock('life:crash')");
+	last if $t5 ne '';
+	usleep(200_000);
+}
+cmp_ok(time - $start, '>=', 1.5, 'the lease lasted until about its TTL');
+cmp_ok($t5, '>', $t4, 'after expiry the next holder gets a greater token');
+$holder->quit;
+
+# --- AUTH: a password-protected node set
+my @secure = map { RedisNode->new(args => [ '--requirepass', 's3cret' ]) } 1 .. 3;
+my $secure_nodes = join(',', map { $_->addr } @secure);
+($rc, $out, $err) = $pg->psql('postgres',
+	"SET redlock.nodes = '$secure_nodes'; SELECT redlock_try_lock('life:auth')",
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/RL005/, 'no password: node protocol error SQLSTATE');
+like($err, qr/NOAUTH/, 'no password: the detail shows NOAUTH');
+($rc, $out, $err) = $pg->psql('postgres',
+	"SET redlock.nodes = '$secure_nodes'; SET redlock.password = 'wrong'; SELECT redlock_try_lock('life:auth')");
+like($err, qr/authentication failed: (WRONGPASS|ERR invalid password)/,
+	'wrong password: authentication failed per node');
+$out = $pg->safe_psql('postgres',
+	"SET redlock.nodes = '$secure_nodes'; SET redlock.password = 's3cret'; SELECT redlock_try_lock('life:auth') > 0");
+is($out, 't', 'right password: granted');
+
+# an ACL user limited to what redlock needs
+for my $n (@secure)
+{
+	$n->cli('-a', 's3cret', '--no-auth-warning', 'ACL', 'SETUSER', 'locker',
+		'on', '>lockpw', 'resetkeys', '~redlock:*', 'resetchannels', '-@all',
+		'+eval', '+get', '+set', '+del', '+pexpire', '+ping', '+info');
+}
+$out = $pg->safe_psql('postgres',
+	"SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
+	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl')");
+is($out, 't|t', 'ACL user restricted to EVAL on redlock:* keys can lock and unlock');
+($rc, $out, $err) = $pg->psql('postgres',
+	"SET redlock.nodes = '$secure_nodes'; SET redlock.key_prefix = 'other:'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
+	  . " SELECT redlock_try_lock('life:acl')");
+like($err, qr/NOPERM|No permissions/, 'the ACL keeps that user out of keys outside its prefix');
+
+$pg->stop;
+done_testing();
