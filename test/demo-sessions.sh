@@ -8,14 +8,16 @@ say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
 
 psql_run -c "CREATE EXTENSION redlock"
 
-say "1. A lease and its fencing token"
+say "1. A lease and its fencing token; meanwhile another session asks for it"
 psql_run -e <<'SQL'
 SELECT redlock_lock('demo:report', 10000) AS token;
 SELECT * FROM redlock_leases;
+\echo -- a second session, while this one holds the lease: NULL, it is held elsewhere
+\! psql -X -c "SELECT redlock_try_lock('demo:report') AS token"
 SQL
 
-say "2. Another session asks for the same resource: NULL, it is held"
-psql_run -e -c "SELECT redlock_try_lock('demo:report') AS token"
+say "2. Released when the holder is done: the other session gets it now"
+psql_run -e -c "SELECT redlock_try_lock('demo:report') IS NOT NULL AS granted"
 
 say "3. Each later grant of a resource gets a greater token"
 psql_run -e <<'SQL'
@@ -46,6 +48,7 @@ SELECT pg_sleep(3);
 BEGIN;
 SET LOCAL redlock.fence_token = :t1;
 UPDATE accounts SET balance = balance - 30 WHERE id = 7;
+\echo [A] refused with SQLSTATE :LAST_ERROR_SQLSTATE
 ROLLBACK;
 SQL
 ) | sed -u 's/^/    [session A] /' &
@@ -55,7 +58,7 @@ for _ in $(seq 100); do [ -f "$work/a-has-lease" ] && break; sleep 0.05; done
 
 (
 	psql_run -e 2>&1 <<'SQL'
-\echo [B] wants acct:7: redlock_lock waits until A's lease expires
+\echo [B] wants acct:7: redlock_lock waits until the lease of A expires
 SELECT redlock_lock('acct:7', 30000) AS t2 \gset
 \echo [B] got token :t2 and writes balance + 50
 UPDATE accounts SET balance = balance + 50, fence_token = :t2 WHERE id = 7;
