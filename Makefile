@@ -7,6 +7,8 @@ OBJS = \
 	src/quorum.o \
 	src/node_io.o \
 	src/lease.o \
+	src/stats.o \
+	src/health.o \
 	src/fence.o
 DATA = sql/redlock--1.0.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
@@ -15,7 +17,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 SHLIB_LINK = -lhiredis
 
 # pg_regress suites: sql/ and expected/
-REGRESS = lease_api fence
+REGRESS = lease_api fence operations
 REGRESS_OPTS = --inputdir=. --load-extension=redlock
 
 # isolation specs: test/specs and test/expected

@@ -43,6 +43,7 @@
 #include "utils/rel.h"
 
 #include "redlock.h"
+#include "stats.h"
 
 #define RL_FENCE_DEFAULT_COLUMN "fence_token"
 
@@ -221,6 +222,7 @@ fence_reject_missing(Relation rel, const FenceColumn *col, FenceMissing why)
 {
 	const char *relname = fence_relname(rel);
 
+	rl_stats_fence_rejection(RelationGetRelid(rel));
 	switch (why)
 	{
 		case FENCE_UPDATE_UNCHANGED:
@@ -271,15 +273,19 @@ fence_judge(Relation rel, const FenceColumn *col, bool allow_equal,
 			int64 offered, bool have_stored, int64 stored)
 {
 	if (offered <= 0)
+	{
+		rl_stats_fence_rejection(RelationGetRelid(rel));
 		ereport(ERROR,
 				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
 				 errmsg("invalid fencing token for table \"%s\"", fence_relname(rel)),
 				 errdetail("Offered token %lld is not positive.", (long long) offered),
 				 errtablecol(rel, col->attnum)));
+	}
 
 	if (!have_stored || offered > stored || (allow_equal && offered == stored))
 		return;
 
+	rl_stats_fence_rejection(RelationGetRelid(rel));
 	ereport(ERROR,
 			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
 			 errmsg("stale fencing token for table \"%s\"", fence_relname(rel)),

@@ -41,6 +41,7 @@
 #include "node_io.h"
 #include "quorum.h"
 #include "redlock.h"
+#include "stats.h"
 
 #define RL_KEY_MAX	(RL_MAX_KEY_PREFIX_LEN + 5 + RL_MAX_RESOURCE_LEN)
 #define RL_COUNTER_KEY_SUFFIX "token-counter"
@@ -243,8 +244,8 @@ ttl_arg(FunctionCallInfo fcinfo, int argno)
  * node list first releases this session's leases on the old nodes: they
  * cannot be tracked across lists.
  */
-static void
-nodes_ready(void)
+void
+rl_nodes_ready(void)
 {
 	registry_init();
 	if (!rl_exit_hook_registered)
@@ -357,6 +358,7 @@ attempt_acquire(RlLease *lease, int ttl_ms, RlRequest *req_out)
 	rl_in_flight.active = true;
 
 	start_us = rl_now_us();
+	rl_stats_count(RL_STAT_ATTEMPTS);
 	rl_nodes_run(&req);
 
 	if (req.decision != RL_WON)
@@ -445,12 +447,16 @@ report_unavailable(const char *resource, const RlRequest *req)
 	describe_nodes(&detail, req);
 
 	if (any_protocol_error(req))
+	{
+		rl_stats_count(RL_STAT_REFUSED_ERROR);
 		ereport(ERROR,
 				(errcode(ERRCODE_REDLOCK_PROTOCOL),
 				 errmsg("could not acquire lease on \"%s\": Redis nodes answered with errors",
 						resource),
 				 errdetail_internal("%s", detail.data),
 				 errhint("Check the nodes' logs, redlock.username and redlock.password.")));
+	}
+	rl_stats_count(RL_STAT_REFUSED_NO_QUORUM);
 	ereport(ERROR,
 			(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
 			 errmsg("could not acquire lease on \"%s\": fewer than a majority of Redis nodes could answer",
@@ -479,6 +485,8 @@ retry_sleep(const char *resource, int64_t started_us, const RlRequest *last)
 			initStringInfo(&detail);
 			appendStringInfoString(&detail, "Last attempt:");
 			describe_nodes(&detail, last);
+			rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
+			rl_stats_acquire_latency(rl_now_us() - started_us);
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("could not obtain lease on \"%s\" within lock_timeout (%d ms)",
@@ -510,7 +518,7 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 
 	resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
-	nodes_ready();
+	rl_nodes_ready();
 
 	lease = hash_search(rl_leases, resource, HASH_FIND, &found);
 	if (found && lease->valid_until_us > rl_now_us())
@@ -532,6 +540,7 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 		send_release(lease->key, lease->keylen, lease->owner, true, false);
 
 	started_us = rl_now_us();
+	rl_stats_count(RL_STAT_ACQUIRES);
 	for (;;)
 	{
 		RlRequest	req;
@@ -540,9 +549,17 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 		if (r == RL_ATTEMPT_GRANTED)
 			break;
 		if (r == RL_ATTEMPT_UNAVAILABLE)
+		{
+			rl_stats_acquire_latency(rl_now_us() - started_us);
 			report_unavailable(resource, &req);
+		}
 		if (try_only)
 		{
+			rl_stats_acquire_latency(rl_now_us() - started_us);
+			if (r == RL_ATTEMPT_EXPIRED)
+				rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
+			else
+				rl_stats_count(RL_STAT_REFUSED_HELD);
 			if (r == RL_ATTEMPT_EXPIRED)
 				ereport(ERROR,
 						(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
@@ -556,6 +573,9 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 		}
 		retry_sleep(resource, started_us, &req);
 	}
+
+	rl_stats_count(RL_STAT_GRANTS);
+	rl_stats_acquire_latency(rl_now_us() - started_us);
 
 	/* an expired lease being renewed keeps its holds */
 	if (found)
@@ -578,6 +598,7 @@ static void
 lease_drop(RlLease *lease, bool nothrow)
 {
 	send_release(lease->key, lease->keylen, lease->owner, true, nothrow);
+	rl_stats_count(RL_STAT_RELEASES);
 	hash_search(rl_leases, lease->resource, HASH_REMOVE, NULL);
 }
 
@@ -757,7 +778,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 	RlLease    *lease;
 
 	resource_arg(fcinfo, 0, resource);
-	nodes_ready();
+	rl_nodes_ready();
 
 	lease = hash_search(rl_leases, resource, HASH_FIND, NULL);
 	if (lease == NULL || lease->session_holds == 0)
@@ -786,7 +807,7 @@ redlock_unlock_all(PG_FUNCTION_ARGS)
 {
 	registry_init();
 	if (rl_nodes_config_changed())
-		nodes_ready();
+		rl_nodes_ready();
 	rl_release_all(true, false, false);
 	PG_RETURN_VOID();
 }
@@ -806,7 +827,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 
 	resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
-	nodes_ready();
+	rl_nodes_ready();
 
 	lease = hash_search(rl_leases, resource, HASH_FIND, NULL);
 	if (lease == NULL)
@@ -818,6 +839,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 	{
 		int64		token = lease->token;
 
+		rl_stats_count(RL_STAT_EXTEND_FAILURES);
 		lease->session_holds = lease->xact_holds = 0;
 		lease_drop(lease, false);
 		ereport(ERROR,
@@ -850,7 +872,10 @@ redlock_extend(PG_FUNCTION_ARGS)
 	rl_nodes_run(&req);
 
 	if (req.decision == RL_UNAVAILABLE)
+	{
+		rl_stats_count(RL_STAT_EXTEND_FAILURES);
 		report_unavailable(resource, &req);
+	}
 
 	validity_us = rl_validity_us(ttl_ms, rl_now_us() - start_us, rl_drift_factor);
 	if (req.decision != RL_WON || validity_us <= 0)
@@ -862,6 +887,9 @@ redlock_extend(PG_FUNCTION_ARGS)
 		appendStringInfo(&detail, "Fencing token %lld may have been superseded.",
 						 (long long) token);
 		describe_nodes(&detail, &req);
+		rl_stats_count(RL_STAT_EXTEND_FAILURES);
+		ereport(LOG,
+				(errmsg("redlock: lease on \"%s\" was lost on extend", resource)));
 		lease->session_holds = lease->xact_holds = 0;
 		lease_drop(lease, false);
 		ereport(ERROR,
@@ -870,6 +898,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 				 errdetail_internal("%s", detail.data)));
 	}
 
+	rl_stats_count(RL_STAT_EXTENDS);
 	lease->ttl_ms = ttl_ms;
 	lease->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
 		rl_drift_us(ttl_ms, rl_drift_factor);

@@ -10,6 +10,7 @@
 
 #include "access/xact.h"
 
+extern void rl_nodes_ready(void);
 extern void rl_release_all(bool session, bool xact, bool nothrow);
 extern void rl_xact_callback(XactEvent event, void *arg);
 extern void rl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,

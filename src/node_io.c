@@ -26,6 +26,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
@@ -57,6 +58,7 @@ typedef struct RlNode
 	int64_t		retry_at_us;	/* backoff: no reconnect before this */
 	int			backoff_ms;
 	char		last_error[128];
+	bool		reported_down;	/* we logged that it stopped answering */
 
 	/* ring of tags of the replies this connection still owes, oldest first */
 	uint64_t	owed[RL_MAX_OWED];
@@ -184,6 +186,15 @@ node_fail(RlNode *node, RlRequest *req, const char *fmt,...)
 		req->results[idx].vote = RL_VOTE_FAILED;
 		strlcpy(req->results[idx].detail, node->last_error,
 				sizeof(req->results[idx].detail));
+	}
+
+	/* one log line when a node goes away, one when it is back */
+	if (!node->reported_down)
+	{
+		ereport(LOG,
+				(errmsg("redlock: node %s stopped answering: %s",
+						node->name, node->last_error)));
+		node->reported_down = true;
 	}
 
 	node_disconnect(node);
@@ -341,9 +352,28 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 		case RL_REPLY_STATUS:
 			res->vote = RL_VOTE_YES;
 			strlcpy(res->detail, "answered", sizeof(res->detail));
-			if ((reply->type == REDIS_REPLY_STRING ||
-				 reply->type == REDIS_REPLY_STATUS) && !req->nothrow)
+			if (req->nothrow)
+				break;
+			if (reply->type == REDIS_REPLY_STRING ||
+				reply->type == REDIS_REPLY_STATUS)
 				res->reply_text = pnstrdup(reply->str, reply->len);
+			else if (reply->type == REDIS_REPLY_ARRAY)
+			{
+				/* e.g. CONFIG GET: string elements, one per line */
+				StringInfoData buf;
+
+				initStringInfo(&buf);
+				for (size_t e = 0; e < reply->elements; e++)
+				{
+					redisReply *el = reply->element[e];
+
+					if (el->type == REDIS_REPLY_STRING ||
+						el->type == REDIS_REPLY_STATUS)
+						appendBinaryStringInfo(&buf, el->str, el->len);
+					appendStringInfoChar(&buf, '\n');
+				}
+				res->reply_text = buf.data;
+			}
 			break;
 	}
 }
@@ -415,6 +445,12 @@ node_read(RlNode *node, RlRequest *req)
 			take_reply(req, idx, reply);
 
 		node->backoff_ms = 0;
+		if (node->reported_down)
+		{
+			ereport(LOG,
+					(errmsg("redlock: node %s is answering again", node->name)));
+			node->reported_down = false;
+		}
 		freeReplyObject(reply);
 	}
 }

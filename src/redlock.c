@@ -14,6 +14,7 @@
 
 #include "lease.h"
 #include "redlock.h"
+#include "stats.h"
 
 PG_MODULE_MAGIC;
 
@@ -23,6 +24,7 @@ void
 _PG_init(void)
 {
 	rl_define_gucs();
+	rl_stats_init();
 	RegisterXactCallback(rl_xact_callback, NULL);
 	RegisterSubXactCallback(rl_subxact_callback, NULL);
 }

@@ -22,5 +22,5 @@ nodes="127.0.0.1:17379,127.0.0.1:17380,127.0.0.1:17381,127.0.0.1:17382,127.0.0.1
 echo "== 5 Redis masters: $nodes"
 
 chmod 777 "$work"
-pg_virtualenv -o "redlock.nodes=$nodes" \
+pg_virtualenv -t -o "redlock.nodes=$nodes" \
 	env DEMO_WORK="$work" bash "$top/test/demo-sessions.sh" "$work"

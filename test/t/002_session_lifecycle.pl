@@ -124,5 +124,25 @@ is($out, 't|t', 'ACL user restricted to EVAL on redlock:* keys can lock and unlo
 	  . " SELECT redlock_try_lock('life:acl')");
 like($err, qr/NOPERM|No permissions/, 'the ACL keeps that user out of keys outside its prefix');
 
+# --- statistics without shared_preload_libraries: a clear error, leases work
+($rc, $out, $err) = $pg->psql('postgres', 'SELECT * FROM redlock_stats');
+like($err, qr/redlock statistics are not being collected/,
+	'statistics without preload: clear error');
+like($err, qr/shared_preload_libraries/, 'and the hint names the setting');
+
+# --- node health warnings, read from the nodes themselves
+my $evicting = RedisNode->new(args => [ '--maxmemory-policy', 'allkeys-lru' ]);
+my $durable = RedisNode->new(args => [ '--appendonly', 'yes' ]);
+my $replica = RedisNode->new(args => [ '--replicaof', '127.0.0.1', $durable->port ]);
+my $health_nodes = join(',', map { $_->addr } $evicting, $durable, $replica);
+$out = $pg->safe_psql('postgres',
+	"SET redlock.nodes = '$health_nodes'; SELECT node, persistence, maxmemory_policy, role, array_to_string(warnings, ' | ') FROM redlock_nodes");
+my @rows = split /\n/, $out;
+like($rows[0], qr/\|none\|allkeys-lru\|master\|.*maxmemory-policy is allkeys-lru: lock keys can be evicted.*no persistence|\|none\|allkeys-lru\|master\|no persistence.*maxmemory-policy is allkeys-lru/,
+	'evicting node without persistence: both warnings');
+like($rows[1], qr/\|aof\|noeviction\|master\|$/, 'node with AOF and noeviction: no warning');
+like($rows[2], qr/\|(slave|replica)\|.*replication role is (slave|replica)/,
+	'replica: role warning');
+
 $pg->stop;
 done_testing();

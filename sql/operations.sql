@@ -1,0 +1,113 @@
+--
+-- Operating redlock: statistics (the runner preloads the library), node
+-- health, and who may do what.
+--
+CREATE EXTENSION dblink;
+CREATE FUNCTION pg_temp.outcome(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE q;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+-- a second session, to hold what this one asks for
+SELECT dblink_connect('other', format('host=%s port=%s dbname=%s',
+	split_part(current_setting('unix_socket_directories'), ',', 1),
+	current_setting('port'), current_database()));
+
+-- ---------- statistics ----------
+SELECT redlock_stats_reset();
+SELECT redlock_try_lock('ops:a') > 0 AS granted;
+SELECT redlock_try_lock('ops:a') > 0 AS reentered;	-- no Redis round: not counted
+SELECT redlock_unlock('ops:a'), redlock_unlock('ops:a');
+SELECT * FROM dblink('other', $$SELECT redlock_lock('ops:held') > 0$$) AS t(held boolean);
+SELECT redlock_try_lock('ops:held') IS NULL AS refused_held;
+SET lock_timeout = '100ms';
+SELECT pg_temp.outcome($$SELECT redlock_lock('ops:held')$$);
+RESET lock_timeout;
+SELECT redlock_lock('ops:e', 5000) > 0 AS granted;
+SELECT redlock_extend('ops:e', 5000) > 0 AS extended;
+SELECT redlock_unlock('ops:e');
+SET redlock.nodes = '127.0.0.1:1, 127.0.0.1:2, 127.0.0.1:16379';
+SELECT pg_temp.outcome($$SELECT redlock_try_lock('ops:none')$$);
+RESET redlock.nodes;
+SELECT acquires, attempts, grants, refused_held, refused_no_quorum,
+       refused_timeout, refused_error, extends, extend_failures, releases
+  FROM redlock_stats WHERE datname = current_database();
+-- every acquire call lands in one latency bucket
+SELECT sum(count) AS calls_in_histogram, count(*) AS buckets,
+       count(*) FILTER (WHERE le_ms IS NULL) AS open_buckets
+  FROM redlock_stats_latency WHERE datname = current_database();
+
+-- fence rejections, per table
+CREATE TABLE ops_acct (id int PRIMARY KEY, v int, fence_token bigint);
+CREATE TRIGGER fence BEFORE UPDATE OR DELETE ON ops_acct
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+INSERT INTO ops_acct VALUES (1, 0, 10);
+SELECT pg_temp.outcome($$UPDATE ops_acct SET v = 1, fence_token = 9 WHERE id = 1$$);
+SELECT pg_temp.outcome($$DELETE FROM ops_acct WHERE id = 1$$);
+SELECT relname, rejections FROM redlock_stats_fence WHERE relname = 'ops_acct';
+SELECT fence_rejections FROM redlock_stats WHERE datname = current_database();
+-- a dropped table keeps its count, without a name
+CREATE TABLE ops_gone (fence_token bigint);
+CREATE TRIGGER fence BEFORE DELETE ON ops_gone FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+INSERT INTO ops_gone VALUES (1);
+SELECT pg_temp.outcome($$DELETE FROM ops_gone$$);
+SELECT 'ops_gone'::regclass::oid AS gone_oid \gset
+DROP TABLE ops_gone;
+SELECT relname IS NULL AS nameless, rejections FROM redlock_stats_fence WHERE relid = :gone_oid;
+SELECT redlock_stats_reset();
+SELECT acquires + grants + fence_rejections AS after_reset, stats_reset > now() - interval '1 minute' AS reset_now
+  FROM redlock_stats WHERE datname = current_database();
+SELECT rejections FROM redlock_stats_fence WHERE relname = 'ops_acct';
+
+-- ---------- node health ----------
+SELECT node, reachable, redis_version IS NOT NULL AS has_version, role,
+       maxmemory_policy, persistence, warnings, error
+  FROM redlock_nodes ORDER BY node;
+SET redlock.nodes = '127.0.0.1:16379, 127.0.0.1:1';
+SELECT node, reachable, rtt_ms IS NULL AS no_rtt, error FROM redlock_nodes ORDER BY node;
+RESET redlock.nodes;
+
+-- ---------- privileges ----------
+CREATE ROLE regress_redlock_alice;
+SET ROLE regress_redlock_alice;
+-- without redlock_user: no leases, no node details
+SELECT pg_temp.outcome($$SELECT redlock_try_lock('ops:p')$$);
+SELECT pg_temp.outcome($$SELECT redlock_lock('ops:p')$$);
+SELECT pg_temp.outcome($$SELECT redlock_xact_lock('ops:p')$$);
+SELECT pg_temp.outcome($$SELECT redlock_unlock('ops:p')$$);
+SELECT pg_temp.outcome($$SELECT redlock_extend('ops:p', 1000)$$);
+SELECT pg_temp.outcome($$SELECT * FROM redlock_nodes$$);
+-- harmless reads are public
+SELECT count(*) FROM redlock_leases;
+SELECT count(*) > 0 AS sees_stats FROM redlock_stats;
+-- statistics reset is for superusers
+SELECT pg_temp.outcome($$SELECT redlock_stats_reset()$$);
+-- settings: only superusers set them; the password is hidden
+SELECT pg_temp.outcome($$SET redlock.nodes = '127.0.0.1:6379'$$);
+SELECT pg_temp.outcome($$SET redlock.node_timeout = 10$$);
+SELECT pg_temp.outcome($$SET redlock.key_prefix = 'mine:'$$);
+SELECT pg_temp.outcome($$SET redlock.password = 'x'$$);
+SELECT pg_temp.outcome($$SHOW redlock.password$$);
+SELECT count(*) AS password_rows FROM pg_settings WHERE name = 'redlock.password';
+SELECT pg_temp.outcome($$SELECT current_setting('redlock.password')$$);
+-- the fence token is the user's own
+SET redlock.fence_token = 42;
+SHOW redlock.fence_token;
+RESET redlock.fence_token;
+RESET ROLE;
+-- granted redlock_user: leases and node details
+GRANT redlock_user TO regress_redlock_alice;
+SET ROLE regress_redlock_alice;
+SELECT redlock_try_lock('ops:p') > 0 AS granted;
+SELECT redlock_unlock('ops:p');
+SELECT count(*) AS nodes_visible FROM redlock_nodes;
+SELECT pg_temp.outcome($$SELECT redlock_stats_reset()$$);
+RESET ROLE;
+DROP ROLE regress_redlock_alice;
+
+SELECT dblink_disconnect('other');
+DROP TABLE ops_acct;
+DROP EXTENSION dblink;

@@ -1,0 +1,157 @@
+/*-------------------------------------------------------------------------
+ *
+ * health.c
+ *	  redlock_nodes(): what each configured Redis node looks like from here.
+ *
+ * Probes every node (PING for the round trip, INFO and CONFIG GET save for
+ * its settings) and warns about settings that make locks unsafe, as read
+ * from the node itself.  Unreachable nodes are reported, never raised.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/tuplestore.h"
+
+#include "lease.h"
+#include "node_io.h"
+
+#define RL_HEALTH_COLUMNS 9
+
+/* Value of "field:" in INFO output, palloc'd, or NULL. */
+static char *
+info_field(const char *info, const char *field)
+{
+	size_t		flen = strlen(field);
+	const char *p = info;
+
+	while (p != NULL && *p)
+	{
+		if (strncmp(p, field, flen) == 0 && p[flen] == ':')
+		{
+			const char *v = p + flen + 1;
+			size_t		vlen = strcspn(v, "\r\n");
+
+			return pnstrdup(v, vlen);
+		}
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return NULL;
+}
+
+static void
+probe(RlRequest *req, int argc, const char **argv, const size_t *argvlen)
+{
+	memset(req, 0, sizeof(*req));
+	req->reply_kind = RL_REPLY_STATUS;
+	req->goal = RL_GOAL_ALL;
+	req->argc = argc;
+	req->argv = argv;
+	req->argvlen = argvlen;
+	rl_nodes_run(req);
+}
+
+PG_FUNCTION_INFO_V1(redlock_nodes);
+
+Datum
+redlock_nodes(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RlRequest	ping,
+				info,
+				save;
+	static const char *ping_argv[] = {"PING"};
+	static const size_t ping_len[] = {4};
+	static const char *info_argv[] = {"INFO"};
+	static const size_t info_len[] = {4};
+	static const char *save_argv[] = {"CONFIG", "GET", "save"};
+	static const size_t save_len[] = {6, 3, 4};
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (rl_node_list == NULL || rl_node_list->count == 0)
+		return (Datum) 0;
+	rl_nodes_ready();
+
+	probe(&ping, 1, ping_argv, ping_len);
+	probe(&info, 1, info_argv, info_len);
+	probe(&save, 3, save_argv, save_len);
+
+	for (int i = 0; i < ping.nnodes; i++)
+	{
+		Datum		values[RL_HEALTH_COLUMNS];
+		bool		nulls[RL_HEALTH_COLUMNS] = {0};
+		bool		reachable = ping.results[i].vote == RL_VOTE_YES;
+		const char *text = info.results[i].reply_text;
+		char	   *version = text ? info_field(text, "redis_version") : NULL;
+		char	   *role = text ? info_field(text, "role") : NULL;
+		char	   *policy = text ? info_field(text, "maxmemory_policy") : NULL;
+		char	   *aof = text ? info_field(text, "aof_enabled") : NULL;
+		const char *save_text = save.results[i].reply_text;
+		const char *persistence = NULL;
+		List	   *warnings = NIL;
+
+		/* CONFIG GET save answers "save\n<value>\n"; empty value: none */
+		if (save_text != NULL && strncmp(save_text, "save\n", 5) == 0)
+		{
+			bool		snapshots = save_text[5] != '\n' && save_text[5] != '\0';
+			bool		aof_on = aof != NULL && strcmp(aof, "1") == 0;
+
+			persistence = aof_on && snapshots ? "aof+snapshots" :
+				aof_on ? "aof" : snapshots ? "snapshots" : "none";
+			if (!aof_on && !snapshots)
+				warnings = lappend(warnings,
+								   "no persistence (neither AOF nor snapshots): fencing counters and locks vanish on restart");
+		}
+		else if (aof != NULL)
+			persistence = strcmp(aof, "1") == 0 ? "aof" : "unknown (CONFIG GET save refused; AOF off)";
+
+		if (policy != NULL && strcmp(policy, "noeviction") != 0)
+			warnings = lappend(warnings,
+							   psprintf("maxmemory-policy is %s: lock keys can be evicted; use noeviction", policy));
+		if (role != NULL && strcmp(role, "master") != 0)
+			warnings = lappend(warnings,
+							   psprintf("replication role is %s: redlock needs independent masters", role));
+
+		values[0] = CStringGetTextDatum(rl_node_name(i));
+		values[1] = BoolGetDatum(reachable);
+		if (reachable)
+			values[2] = Float8GetDatum(ping.results[i].elapsed_us / 1000.0);
+		else
+			nulls[2] = true;
+#define TEXT_OR_NULL(col, str) \
+		do { if (str) values[col] = CStringGetTextDatum(str); else nulls[col] = true; } while (0)
+		TEXT_OR_NULL(3, version);
+		TEXT_OR_NULL(4, role);
+		TEXT_OR_NULL(5, policy);
+		TEXT_OR_NULL(6, persistence);
+#undef TEXT_OR_NULL
+		if (warnings != NIL)
+		{
+			Datum	   *elems = palloc(sizeof(Datum) * list_length(warnings));
+			int			n = 0;
+			ListCell   *lc;
+
+			foreach(lc, warnings)
+				elems[n++] = CStringGetTextDatum((char *) lfirst(lc));
+			values[7] = PointerGetDatum(construct_array(elems, n, TEXTOID, -1,
+														false, TYPALIGN_INT));
+		}
+		else
+			values[7] = PointerGetDatum(construct_empty_array(TEXTOID));
+		if (reachable)
+			nulls[8] = true;
+		else
+			values[8] = CStringGetTextDatum(ping.results[i].vote == RL_VOTE_PENDING ?
+											"no answer" : ping.results[i].detail);
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
