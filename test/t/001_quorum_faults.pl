@@ -144,5 +144,34 @@ my $clients_after = $redis[3]->cli('INFO', 'stats') =~ /total_connections_receiv
 is($clients_after - $clients_before, 1, '500 cycles opened no new connections to a node');
 $s->quit;
 
+# --- keys stay inside redlock.key_prefix whatever the resource name says
+my @hostile = ('token-counter', '../token-counter', 'redlock:token-counter', '*',
+	'lock:*', "a\r\n*1\r\n\$8\r\nFLUSHALL\r\n", "x') redis.call('FLUSHALL') --",
+	'{hash}tag', 'other:key', "\\x00");
+$redis[0]->cli('SET', 'outside:key', 'keep');
+my $counter_before = $redis[0]->cli('GET', 'redlock:token-counter');
+my $holder = $pg->background_psql('postgres');
+for my $name (@hostile)
+{
+	my $q = $name;
+	$q =~ s/'/''/g;
+	$holder->query_safe("SELECT redlock_lock('$q', 60000)");
+}
+# count on the server: some names hold CR/LF, so no line-based listing
+my $count_script = q{
+local inside, outside = 0, 0
+for _, k in ipairs(redis.call('KEYS', '*')) do
+  if string.sub(k, 1, 13) == 'redlock:lock:' then inside = inside + 1
+  elseif k ~= 'redlock:token-counter' and k ~= 'outside:key' then outside = outside + 1 end
+end
+return {inside, outside}};
+my ($inside, $outside) = split /\n/, $redis[0]->cli('EVAL', $count_script, '0');
+is($outside, 0, 'hostile names created no key outside redlock:lock:*');
+is($redis[0]->cli('GET', 'outside:key'), 'keep', 'a key outside the prefix is untouched');
+cmp_ok($redis[0]->cli('GET', 'redlock:token-counter'), '>', $counter_before,
+	'the token counter is still a number, and grew');
+is($inside, scalar(@hostile), 'one lock key per hostile name, each under redlock:lock:');
+$holder->quit;
+
 $pg->stop;
 done_testing();
