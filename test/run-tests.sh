@@ -32,7 +32,7 @@ echo "== pg_regress and isolation: 5 Redis nodes on 16379-16383"
 bash test/redis-nodes.sh start "$work/redis" 16379 5
 nodes="127.0.0.1:16379,127.0.0.1:16380,127.0.0.1:16381,127.0.0.1:16382,127.0.0.1:16383"
 if ! pg_virtualenv -t -o "redlock.nodes=$nodes" -o shared_preload_libraries=redlock \
-	make -s installcheck; then
+	sh -c 'make -s installcheck && bash test/readme-examples.sh'; then
 	for f in regression.diffs output_iso/regression.diffs; do
 		[ -f "$f" ] && cat "$f"
 	done
