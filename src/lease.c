@@ -260,7 +260,7 @@ rl_nodes_ready(void)
 		{
 			ereport(WARNING,
 					(errcode(ERRCODE_REDLOCK_LEASE_LOST),
-					 errmsg("redlock.nodes changed: releasing %ld lease(s) held on the previous nodes",
+					 errmsg("redlock.nodes or the Redis credentials changed: releasing %ld lease(s) held on the previous connections",
 							hash_get_num_entries(rl_leases))));
 			rl_release_all(true, true, true);
 		}
@@ -611,6 +611,7 @@ rl_release_all(bool session, bool xact, bool nothrow)
 {
 	HASH_SEQ_STATUS status;
 	RlLease    *lease;
+	int			released = 0;
 
 	if (rl_leases == NULL)
 		return;
@@ -623,7 +624,32 @@ rl_release_all(bool session, bool xact, bool nothrow)
 		if (xact)
 			lease->xact_holds = 0;
 		if (lease->session_holds == 0 && lease->xact_holds == 0)
-			lease_drop(lease, nothrow);
+		{
+			send_release(lease->key, lease->keylen, lease->owner, false, nothrow);
+			rl_stats_count(RL_STAT_RELEASES);
+			hash_search(rl_leases, lease->resource, HASH_REMOVE, NULL);
+			released++;
+		}
+	}
+
+	/*
+	 * The releases went out pipelined; replies come back in order on each
+	 * connection, so once a majority has answered a PING sent after them,
+	 * every release has been applied there: one round trip for any number
+	 * of leases.
+	 */
+	if (released > 0)
+	{
+		RlRequest	req;
+		static const char *ping_argv[] = {"PING"};
+		static const size_t ping_len[] = {4};
+
+		request_init(&req, RL_REPLY_STATUS, RL_GOAL_ANSWERS);
+		req.nothrow = nothrow;
+		req.argc = 1;
+		req.argv = ping_argv;
+		req.argvlen = ping_len;
+		rl_nodes_run(&req);
 	}
 }
 
