@@ -14,9 +14,10 @@
  * connection pushes a tag naming the round it belongs to, and each reply
  * pops one.  A reply that arrives after its round ended is therefore
  * recognised and dropped, never mistaken for the answer to a later command.
- * A node that owes replies and has not produced one for node_timeout is
- * disconnected, and a node that failed is retried only after a backoff, so
- * a dead node does not cost a connect timeout on every call.
+ * A round stops waiting for a silent node after node_timeout; its
+ * connection is dropped only after a much longer silence or when too many
+ * replies are owed, and a node that failed is retried only after a backoff,
+ * so a dead node does not cost a connect timeout on every call.
  *
  *-------------------------------------------------------------------------
  */
@@ -34,7 +35,8 @@
 
 #include "node_io.h"
 
-#define RL_MAX_OWED			64	/* replies a connection may owe */
+#define RL_MAX_OWED			1024	/* replies a connection may owe; a long
+									 * silence usually fails it first */
 #define RL_TAG_AUTH			UINT64_C(0)
 #define RL_TAG_DISCARD		UINT64_MAX
 #define RL_BACKOFF_MIN_MS	100
@@ -85,6 +87,34 @@ static WaitEventSet *rl_wes = NULL;
 static bool rl_wes_stale = true;
 
 static void node_fail(RlNode *node, RlRequest *req, const char *fmt,...) pg_attribute_printf(3, 4);
+
+/*
+ * None of our commands is answered with a large array.  A broken or hostile
+ * peer may still announce one of two billion elements, which hiredis would
+ * allocate and, when the reply is freed, walk element by element: seconds
+ * of uninterruptible work.  Larger arrays are refused; the reader then
+ * fails and so does the node, with a protocol error.
+ */
+#define RL_MAX_REPLY_ELEMENTS	65536
+#if HIREDIS_MAJOR >= 1
+typedef size_t rl_elements_t;
+#else
+typedef int rl_elements_t;
+#endif
+static redisReplyObjectFunctions rl_reply_functions;
+static void *(*rl_default_create_array) (const redisReadTask *, rl_elements_t) = NULL;
+static bool rl_reply_refused = false;
+
+static void *
+rl_create_array(const redisReadTask *task, rl_elements_t elements)
+{
+	if ((long long) elements < 0 || (long long) elements > RL_MAX_REPLY_ELEMENTS)
+	{
+		rl_reply_refused = true;
+		return NULL;
+	}
+	return rl_default_create_array(task, elements);
+}
 
 int
 rl_nodes_count(void)
@@ -236,6 +266,13 @@ node_connect(RlNode *node, RlRequest *req)
 		node_fail(node, req, "could not connect: %s", msg);
 		return;
 	}
+	if (rl_default_create_array == NULL)
+	{
+		rl_reply_functions = *ctx->reader->fn;
+		rl_default_create_array = rl_reply_functions.createArray;
+		rl_reply_functions.createArray = rl_create_array;
+	}
+	ctx->reader->fn = &rl_reply_functions;
 	node->ctx = ctx;
 	node->state = RL_CONN_CONNECTING;
 	node->connect_deadline_us = rl_now_us() + (int64_t) rl_connect_timeout_ms * 1000;
@@ -403,7 +440,9 @@ node_read(RlNode *node, RlRequest *req)
 		if (redisReaderGetReply(node->ctx->reader, &r) != REDIS_OK)
 		{
 			node_fail(node, req, "protocol error: %s",
+					  rl_reply_refused ? "array reply too large" :
 					  node->ctx->reader->errstr);
+			rl_reply_refused = false;
 			if (req != NULL && !req->skip[idx])
 				req->results[idx].protocol_error = true;
 			return;
@@ -491,8 +530,22 @@ node_connect_done(RlNode *node, RlRequest *req)
 }
 
 /*
+ * How long a connection may owe replies without producing one before it is
+ * dropped.  Rounds stop waiting for a silent node after node_timeout; the
+ * connection itself is kept much longer, because a node that is merely slow
+ * (overloaded) still applies the releases we pipeline behind its backlog,
+ * while a dropped connection would lose them and leave locks to their TTL.
+ * A stalled node is dropped sooner anyway when its reply ring fills up.
+ */
+static int64_t
+rl_silence_limit_us(void)
+{
+	return Max((int64_t) rl_node_timeout_ms * 10, 1000) * 1000;
+}
+
+/*
  * Before a round: take replies that arrived since the last one, and drop
- * connections that owe replies and have been silent for node_timeout.
+ * connections that have owed replies in silence for too long.
  */
 static void
 nodes_housekeeping(void)
@@ -506,7 +559,7 @@ nodes_housekeeping(void)
 		if (node->state == RL_CONN_READY && node->owed_count > 0)
 			node_read(node, NULL);
 		if (node->state == RL_CONN_READY && node->owed_count > 0 &&
-			now - node->last_progress_us > (int64_t) rl_node_timeout_ms * 1000)
+			now - node->last_progress_us > rl_silence_limit_us())
 			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
 					  (int) ((now - node->last_progress_us) / 1000));
 		else if (node->state == RL_CONN_CONNECTING &&

@@ -9,7 +9,7 @@ use RedisNode;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my @redis = map { RedisNode->new } 1 .. 5;
+my @redis = map { RedisNode->new(args => [ '--enable-debug-command', 'yes' ]) } 1 .. 5;
 my $nodes = join(',', map { $_->addr } @redis);
 
 my $pg = PostgreSQL::Test::Cluster->new('main');
@@ -143,6 +143,22 @@ my $clients_after = $redis[3]->cli('INFO', 'stats') =~ /total_connections_receiv
 # the second INFO's own redis-cli connection is the one new connection
 is($clients_after - $clients_before, 1, '500 cycles opened no new connections to a node');
 $s->quit;
+
+# --- a node slower than node_timeout keeps its connection, so the release of
+# a lease held across the slow spell still reaches it (a dropped connection
+# would lose the release and leave the key to its TTL)
+my $slowpoke = $pg->background_psql('postgres');
+$slowpoke->query_safe("SELECT redlock_lock('f:slow', 60000)");
+my $port0 = $redis[0]->port;
+system("redis-cli -p $port0 DEBUG SLEEP 0.4 > /dev/null 2>&1 &");
+usleep(50_000);
+$slowpoke->query_safe("SELECT redlock_try_lock('f:other', 60000)");
+usleep(150_000);    # silent for longer than node_timeout
+$slowpoke->query_safe("SELECT redlock_unlock('f:slow')");
+usleep(600_000);    # the node is awake again and has drained its backlog
+is($redis[0]->cli('EXISTS', 'redlock:lock:f:slow'), '0',
+	'the slow node applied the release pipelined behind its backlog');
+$slowpoke->quit;
 
 # --- keys stay inside redlock.key_prefix whatever the resource name says
 my @hostile = ('token-counter', '../token-counter', 'redlock:token-counter', '*',
