@@ -44,7 +44,10 @@
 #include "stats.h"
 
 #define RL_KEY_MAX	(RL_MAX_KEY_PREFIX_LEN + 5 + RL_MAX_RESOURCE_LEN)
-#define RL_COUNTER_KEY_SUFFIX "token-counter"
+#define RL_COUNTER_KEY_SUFFIX "token-counter:"
+#define RL_COUNTER_STRIPES	64	/* fixed: never grows with resources */
+#define RL_RELEASE_BATCH	16	/* pipelined releases per round trip; well below
+								 * the replies a connection may owe */
 
 /*
  * The scripts.  Counters are compared as decimal strings (longer is larger,
@@ -116,6 +119,7 @@ static struct
 } rl_in_flight;
 
 static void rl_backend_exit(int code, Datum arg);
+static void release_flush(bool nothrow);
 
 /* ---------- helpers ---------- */
 
@@ -155,11 +159,25 @@ new_owner(char *owner)
 	owner[RL_OWNER_LEN] = '\0';
 }
 
+/*
+ * The fencing counter of a resource: one of a fixed set of counters per
+ * node, chosen by a stable hash of the name (FNV-1a, the same on every
+ * server), so that a resource always uses the same counter while grants of
+ * unrelated resources seldom race on one.  Tokens are monotonic per
+ * resource; storage stays fixed however many resources are ever locked.
+ */
 static int
-make_counter_key(char *buf)
+make_counter_key(char *buf, const char *resource)
 {
-	return snprintf(buf, RL_KEY_MAX + 1, "%s%s", rl_key_prefix,
-					RL_COUNTER_KEY_SUFFIX);
+	uint32		hash = 2166136261u;
+
+	for (const unsigned char *c = (const unsigned char *) resource; *c; c++)
+	{
+		hash ^= *c;
+		hash *= 16777619u;
+	}
+	return snprintf(buf, RL_KEY_MAX + 1, "%s%s%u", rl_key_prefix,
+					RL_COUNTER_KEY_SUFFIX, hash % RL_COUNTER_STRIPES);
 }
 
 static void
@@ -338,7 +356,7 @@ attempt_acquire(RlLease *lease, int ttl_ms, RlRequest *req_out)
 	argv[3] = lease->key;
 	argvlen[3] = lease->keylen;
 	argv[4] = counter_key;
-	argvlen[4] = make_counter_key(counter_key);
+	argvlen[4] = make_counter_key(counter_key, lease->resource);
 	argv[5] = lease->owner;
 	argvlen[5] = RL_OWNER_LEN;
 	argv[6] = ttl_buf;
@@ -629,16 +647,24 @@ rl_release_all(bool session, bool xact, bool nothrow)
 			rl_stats_count(RL_STAT_RELEASES);
 			hash_search(rl_leases, lease->resource, HASH_REMOVE, NULL);
 			released++;
+			/* a connection may owe only so many replies: drain in batches */
+			if (released % RL_RELEASE_BATCH == 0)
+				release_flush(nothrow);
 		}
 	}
 
-	/*
-	 * The releases went out pipelined; replies come back in order on each
-	 * connection, so once a majority has answered a PING sent after them,
-	 * every release has been applied there: one round trip for any number
-	 * of leases.
-	 */
-	if (released > 0)
+	if (released % RL_RELEASE_BATCH != 0)
+		release_flush(nothrow);
+}
+
+/*
+ * The releases went out pipelined; replies come back in order on each
+ * connection, so once a majority has answered a PING sent after them,
+ * every release has been applied there: one round trip per batch.
+ */
+static void
+release_flush(bool nothrow)
+{
 	{
 		RlRequest	req;
 		static const char *ping_argv[] = {"PING"};

@@ -717,11 +717,13 @@ static void
 round_wait(RlRequest *req)
 {
 	WaitEvent	events[RL_MAX_NODES + 2];
+	bool		polled = false;
 
 	for (;;)
 	{
 		int64_t		now;
 		int64_t		next_deadline = INT64_MAX;
+		bool		overdue = false;
 		long		timeout_ms;
 		int			nevents;
 
@@ -731,14 +733,31 @@ round_wait(RlRequest *req)
 		now = rl_now_us();
 		for (int i = 0; i < req->nnodes; i++)
 		{
-			RlNode	   *node = &rl_nodes[i];
 			int64_t		deadline;
 
 			if (req->results[i].vote != RL_VOTE_PENDING)
 				continue;
-			deadline = node_deadline(node);
+			deadline = node_deadline(&rl_nodes[i]);
 			if (now >= deadline)
+				overdue = true;
+			else
+				next_deadline = Min(next_deadline, deadline);
+		}
+
+		/*
+		 * A node is late only if its answer is not already waiting in the
+		 * socket: a backend kept off the CPU past a deadline must not fail
+		 * nodes that did answer.  So look once without waiting, then judge.
+		 */
+		if (overdue && polled)
+		{
+			for (int i = 0; i < req->nnodes; i++)
 			{
+				RlNode	   *node = &rl_nodes[i];
+
+				if (req->results[i].vote != RL_VOTE_PENDING ||
+					now < node_deadline(node))
+					continue;
 				if (node->state == RL_CONN_CONNECTING)
 					node_fail(node, req, "connect timed out after %d ms",
 							  rl_connect_timeout_ms);
@@ -749,14 +768,13 @@ round_wait(RlRequest *req)
 							 "timed out after %d ms", rl_node_timeout_ms);
 				}
 			}
-			else
-				next_deadline = Min(next_deadline, deadline);
+			polled = false;
+			continue;
 		}
-		if (round_finished(req))
-			return;
+		polled = overdue;
 
 		wes_update_events();
-		timeout_ms = (long) ((next_deadline - now + 999) / 1000);
+		timeout_ms = overdue ? 0 : (long) ((next_deadline - now + 999) / 1000);
 		nevents = WaitEventSetWait(rl_wes, timeout_ms, events, lengthof(events),
 								   PG_WAIT_EXTENSION);
 

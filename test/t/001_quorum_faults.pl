@@ -105,7 +105,9 @@ cmp_ok($after, '>', $before, 'tokens increase after two nodes lost their data');
 # come from the counters and be written back (the second round).
 my $ahead = $pg->safe_psql('postgres',
 	"SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint + 1000000000000");
-$redis[0]->cli('SET', 'redlock:token-counter', $ahead);
+$redis[0]->cli('EVAL',
+	"for i = 0, 63 do redis.call('SET', 'redlock:token-counter:' .. i, ARGV[1]) end",
+	'0', $ahead);
 my @tokens;
 for my $down ([ 3, 4 ], [ 0, 1 ], [ 2, 3 ], [ 3, 4 ], [ 0, 1 ], [ 2, 3 ])
 {
@@ -161,11 +163,20 @@ is($redis[0]->cli('EXISTS', 'redlock:lock:f:slow'), '0',
 $slowpoke->quit;
 
 # --- keys stay inside redlock.key_prefix whatever the resource name says
-my @hostile = ('token-counter', '../token-counter', 'redlock:token-counter', '*',
+my @hostile = ('token-counter:0', '../token-counter:1', 'redlock:token-counter:2', '*',
 	'lock:*', "a\r\n*1\r\n\$8\r\nFLUSHALL\r\n", "x') redis.call('FLUSHALL') --",
 	'{hash}tag', 'other:key', "\\x00");
 $redis[0]->cli('SET', 'outside:key', 'keep');
-my $counter_before = $redis[0]->cli('GET', 'redlock:token-counter');
+# the largest token counter on the node; -1 if any counter is not a number
+my $max_counter_script = q{
+local m = '0'
+for _, k in ipairs(redis.call('KEYS', 'redlock:token-counter:*')) do
+  local v = redis.call('GET', k)
+  if not string.match(v, '^%d+$') then return '-1' end
+  if #v > #m or (#v == #m and v > m) then m = v end
+end
+return m};
+my $counter_before = $redis[0]->cli('EVAL', $max_counter_script, '0');
 my $holder = $pg->background_psql('postgres');
 for my $name (@hostile)
 {
@@ -178,13 +189,13 @@ my $count_script = q{
 local inside, outside = 0, 0
 for _, k in ipairs(redis.call('KEYS', '*')) do
   if string.sub(k, 1, 13) == 'redlock:lock:' then inside = inside + 1
-  elseif k ~= 'redlock:token-counter' and k ~= 'outside:key' then outside = outside + 1 end
+  elseif string.sub(k, 1, 22) ~= 'redlock:token-counter:' and k ~= 'outside:key' then outside = outside + 1 end
 end
 return {inside, outside}};
 my ($inside, $outside) = split /\n/, $redis[0]->cli('EVAL', $count_script, '0');
 is($outside, 0, 'hostile names created no key outside redlock:lock:*');
 is($redis[0]->cli('GET', 'outside:key'), 'keep', 'a key outside the prefix is untouched');
-cmp_ok($redis[0]->cli('GET', 'redlock:token-counter'), '>', $counter_before,
+cmp_ok($redis[0]->cli('EVAL', $max_counter_script, '0'), '>', $counter_before,
 	'the token counter is still a number, and grew');
 is($inside, scalar(@hostile), 'one lock key per hostile name, each under redlock:lock:');
 $holder->quit;
