@@ -304,6 +304,7 @@ send_release(const char *key, int keylen, const char *owner, bool wait,
 
 	request_init(&req, RL_REPLY_FLAG, RL_GOAL_ANSWERS);
 	req.nothrow = nothrow;
+	req.replay = true;
 	argv[0] = "EVAL";
 	argvlen[0] = 4;
 	argv[1] = RELEASE_SCRIPT;

@@ -39,6 +39,7 @@
 									 * silence usually fails it first */
 #define RL_TAG_AUTH			UINT64_C(0)
 #define RL_TAG_DISCARD		UINT64_MAX
+#define RL_MAX_REPLAY		32	/* releases kept for an unreachable node */
 #define RL_BACKOFF_MIN_MS	100
 #define RL_BACKOFF_MAX_MS	2000
 
@@ -61,6 +62,11 @@ typedef struct RlNode
 	int			backoff_ms;
 	char		last_error[128];
 	bool		reported_down;	/* we logged that it stopped answering */
+
+	/* releases that could not be sent, replayed on the next connection */
+	char	   *replay_cmd[RL_MAX_REPLAY];
+	int			replay_len[RL_MAX_REPLAY];
+	int			nreplay;
 
 	/* ring of tags of the replies this connection still owes, oldest first */
 	uint64_t	owed[RL_MAX_OWED];
@@ -87,6 +93,7 @@ static WaitEventSet *rl_wes = NULL;
 static bool rl_wes_stale = true;
 
 static void node_fail(RlNode *node, RlRequest *req, const char *fmt,...) pg_attribute_printf(3, 4);
+static void replay_remember(RlNode *node, const RlRequest *req);
 
 /*
  * None of our commands is answered with a large array.  A broken or hostile
@@ -173,6 +180,12 @@ void
 rl_nodes_apply_config(void)
 {
 	rl_nodes_disconnect_all();
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		for (int r = 0; r < rl_nodes[i].nreplay; r++)
+			redisFreeCommand(rl_nodes[i].replay_cmd[r]);
+		rl_nodes[i].nreplay = 0;
+	}
 	rl_nnodes = 0;
 	if (rl_node_list != NULL)
 	{
@@ -213,6 +226,8 @@ node_fail(RlNode *node, RlRequest *req, const char *fmt,...)
 	if (req != NULL && !req->skip[idx] &&
 		req->results[idx].vote == RL_VOTE_PENDING)
 	{
+		if (req->replay)
+			replay_remember(node, req);
 		req->results[idx].vote = RL_VOTE_FAILED;
 		strlcpy(req->results[idx].detail, node->last_error,
 				sizeof(req->results[idx].detail));
@@ -243,6 +258,53 @@ owe_reply(RlNode *node, uint64_t tag)
 	node->owed[(node->owed_head + node->owed_count) % RL_MAX_OWED] = tag;
 	node->owed_count++;
 	return true;
+}
+
+/*
+ * A release that cannot reach the node now is kept (formatted, in malloc'd
+ * memory like hiredis's own buffers) and sent on the next connection, so a
+ * node that was briefly away does not hold the lock until its TTL.  The
+ * release script is owner-checked, so a late one never frees another
+ * owner's lock.  The oldest is dropped when too many pile up.
+ */
+static void
+replay_remember(RlNode *node, const RlRequest *req)
+{
+	char	   *cmd;
+	int			len;
+
+	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
+	if (len <= 0)
+		return;
+	if (node->nreplay == RL_MAX_REPLAY)
+	{
+		redisFreeCommand(node->replay_cmd[0]);
+		memmove(&node->replay_cmd[0], &node->replay_cmd[1],
+				sizeof(char *) * (RL_MAX_REPLAY - 1));
+		memmove(&node->replay_len[0], &node->replay_len[1],
+				sizeof(int) * (RL_MAX_REPLAY - 1));
+		node->nreplay--;
+	}
+	node->replay_cmd[node->nreplay] = cmd;
+	node->replay_len[node->nreplay] = len;
+	node->nreplay++;
+}
+
+static bool owe_reply(RlNode *node, uint64_t tag);
+
+/* Queue the kept releases on a new connection, replies discarded. */
+static void
+replay_flush(RlNode *node)
+{
+	for (int i = 0; i < node->nreplay; i++)
+	{
+		if (node->ctx != NULL &&
+			redisAppendFormattedCommand(node->ctx, node->replay_cmd[i],
+										node->replay_len[i]) == REDIS_OK)
+			(void) owe_reply(node, RL_TAG_DISCARD);
+		redisFreeCommand(node->replay_cmd[i]);
+	}
+	node->nreplay = 0;
 }
 
 /* Start a non-blocking connect; AUTH is queued ahead of any command. */
@@ -296,8 +358,12 @@ node_connect(RlNode *node, RlRequest *req)
 		argvlen[argc++] = strlen(rl_password);
 		if (redisAppendCommandArgv(ctx, argc, argv, argvlen) != REDIS_OK ||
 			!owe_reply(node, RL_TAG_AUTH))
+		{
 			node_fail(node, req, "could not queue AUTH");
+			return;
+		}
 	}
+	replay_flush(node);
 }
 
 /*
@@ -599,11 +665,13 @@ nodes_dispatch(RlRequest *req, uint64_t tag)
 				snprintf(res->detail, sizeof(res->detail),
 						 "%s (next retry in %d ms)", node->last_error,
 						 (int) ((node->retry_at_us - now + 999) / 1000));
+				if (req->replay)
+					replay_remember(node, req);
 				continue;
 			}
 			node_connect(node, req);
 			if (node->state == RL_CONN_NONE)
-				continue;
+				continue;		/* node_fail kept a release for replay */
 		}
 
 		if (redisAppendCommandArgv(node->ctx, req->argc, req->argv,

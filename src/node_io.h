@@ -47,6 +47,8 @@ typedef struct RlRequest
 	const char **argv;
 	const size_t *argvlen;
 	bool		skip[RL_MAX_NODES]; /* true: do not ask this node */
+	bool		replay;			/* a release: if a node cannot be reached
+								 * now, send it when it can */
 	bool		nothrow;		/* commit/abort/exit: never ereport, no
 								 * interrupts */
 
