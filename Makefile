@@ -30,6 +30,10 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies: rebuild every object when one of our
+# headers changes (a struct layout change must never mix old and new code).
+$(OBJS): $(wildcard $(srcdir)/src/*.h)
+
 # Unit tests of the pure quorum logic: no server, no Redis.
 test/unit/test_quorum: test/unit/test_quorum.c src/quorum.c src/quorum.h
 	$(CC) -std=c99 -O2 -Wall -Wextra -I$(srcdir)/src -o $@ test/unit/test_quorum.c src/quorum.c

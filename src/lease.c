@@ -119,7 +119,6 @@ static struct
 } rl_in_flight;
 
 static void rl_backend_exit(int code, Datum arg);
-static void release_flush(bool nothrow);
 
 /* ---------- helpers ---------- */
 
@@ -624,12 +623,19 @@ lease_drop(RlLease *lease, bool nothrow)
 /*
  * Drop holds in bulk: xact holds (transaction end), session holds
  * (redlock_unlock_all), or everything (exit, node list change).
+ *
+ * The releases go out pipelined and only every RL_RELEASE_BATCH-th and the
+ * last one are waited for: replies come back in order on each connection,
+ * so once a majority has answered the awaited release, the ones sent
+ * before it have been applied there too.  One round trip for a typical
+ * commit, whatever the number of leases.
  */
 void
 rl_release_all(bool session, bool xact, bool nothrow)
 {
 	HASH_SEQ_STATUS status;
 	RlLease    *lease;
+	int			to_release = 0;
 	int			released = 0;
 
 	if (rl_leases == NULL)
@@ -643,40 +649,23 @@ rl_release_all(bool session, bool xact, bool nothrow)
 		if (xact)
 			lease->xact_holds = 0;
 		if (lease->session_holds == 0 && lease->xact_holds == 0)
-		{
-			send_release(lease->key, lease->keylen, lease->owner, false, nothrow);
-			rl_stats_count(RL_STAT_RELEASES);
-			hash_search(rl_leases, lease->resource, HASH_REMOVE, NULL);
-			released++;
-			/* a connection may owe only so many replies: drain in batches */
-			if (released % RL_RELEASE_BATCH == 0)
-				release_flush(nothrow);
-		}
+			to_release++;
 	}
+	if (to_release == 0)
+		return;
 
-	if (released % RL_RELEASE_BATCH != 0)
-		release_flush(nothrow);
-}
-
-/*
- * The releases went out pipelined; replies come back in order on each
- * connection, so once a majority has answered a PING sent after them,
- * every release has been applied there: one round trip per batch.
- */
-static void
-release_flush(bool nothrow)
-{
+	hash_seq_init(&status, rl_leases);
+	while ((lease = hash_seq_search(&status)) != NULL)
 	{
-		RlRequest	req;
-		static const char *ping_argv[] = {"PING"};
-		static const size_t ping_len[] = {4};
+		bool		wait;
 
-		request_init(&req, RL_REPLY_STATUS, RL_GOAL_ANSWERS);
-		req.nothrow = nothrow;
-		req.argc = 1;
-		req.argv = ping_argv;
-		req.argvlen = ping_len;
-		rl_nodes_run(&req);
+		if (lease->session_holds != 0 || lease->xact_holds != 0)
+			continue;
+		released++;
+		wait = (released == to_release || released % RL_RELEASE_BATCH == 0);
+		send_release(lease->key, lease->keylen, lease->owner, wait, nothrow);
+		rl_stats_count(RL_STAT_RELEASES);
+		hash_search(rl_leases, lease->resource, HASH_REMOVE, NULL);
 	}
 }
 
