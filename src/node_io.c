@@ -635,57 +635,89 @@ nodes_housekeeping(void)
 	}
 }
 
-/* Queue the request on every participating node and start sending. */
+/*
+ * Queue the request on one node and start sending.  A node in backoff is
+ * not asked unless honour_backoff is false.
+ */
+static void
+node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
+{
+	RlNodeResult *res = &req->results[node - rl_nodes];
+	int64_t		now = rl_now_us();
+
+	memset(res, 0, sizeof(*res));
+	res->vote = RL_VOTE_PENDING;
+	node->was_idle = (node->state == RL_CONN_READY && node->owed_count == 0);
+
+	if (node->state == RL_CONN_NONE)
+	{
+		if (now < node->retry_at_us && honour_backoff)
+		{
+			res->vote = RL_VOTE_FAILED;
+			res->in_backoff = true;
+			snprintf(res->detail, sizeof(res->detail),
+					 "%s (next retry in %d ms)", node->last_error,
+					 (int) ((node->retry_at_us - now + 999) / 1000));
+			if (req->replay)
+				replay_remember(node, req);
+			return;
+		}
+		node_connect(node, req);
+		if (node->state == RL_CONN_NONE)
+			return;				/* node_fail kept a release for replay */
+	}
+
+	if (redisAppendCommandArgv(node->ctx, req->argc, req->argv,
+							   req->argvlen) != REDIS_OK ||
+		!owe_reply(node, tag))
+	{
+		node_fail(node, req, "too many requests queued on a stalled connection");
+		return;
+	}
+	node->asked_at_us = now;
+	node->want_write = true;
+	if (node->state == RL_CONN_READY)
+		node_write(node, req);
+}
+
+/* Queue the request on every participating node. */
 static void
 nodes_dispatch(RlRequest *req, uint64_t tag)
 {
-	int64_t		now = rl_now_us();
-
 	req->nnodes = rl_nnodes;
 	for (int i = 0; i < rl_nnodes; i++)
 	{
-		RlNode	   *node = &rl_nodes[i];
-		RlNodeResult *res = &req->results[i];
-
-		memset(res, 0, sizeof(*res));
 		if (req->skip[i])
 		{
-			res->vote = RL_VOTE_FAILED;
-			strlcpy(res->detail, "not asked", sizeof(res->detail));
+			memset(&req->results[i], 0, sizeof(RlNodeResult));
+			req->results[i].vote = RL_VOTE_FAILED;
+			strlcpy(req->results[i].detail, "not asked", sizeof(req->results[i].detail));
 			continue;
 		}
-		res->vote = RL_VOTE_PENDING;
-		node->was_idle = (node->state == RL_CONN_READY && node->owed_count == 0);
-
-		if (node->state == RL_CONN_NONE)
-		{
-			if (now < node->retry_at_us)
-			{
-				res->vote = RL_VOTE_FAILED;
-				snprintf(res->detail, sizeof(res->detail),
-						 "%s (next retry in %d ms)", node->last_error,
-						 (int) ((node->retry_at_us - now + 999) / 1000));
-				if (req->replay)
-					replay_remember(node, req);
-				continue;
-			}
-			node_connect(node, req);
-			if (node->state == RL_CONN_NONE)
-				continue;		/* node_fail kept a release for replay */
-		}
-
-		if (redisAppendCommandArgv(node->ctx, req->argc, req->argv,
-								   req->argvlen) != REDIS_OK ||
-			!owe_reply(node, tag))
-		{
-			node_fail(node, req, "too many requests queued on a stalled connection");
-			continue;
-		}
-		node->asked_at_us = now;
-		node->want_write = true;
-		if (node->state == RL_CONN_READY)
-			node_write(node, req);
+		node_dispatch(&rl_nodes[i], req, tag, true);
 	}
+}
+
+/*
+ * Backoff spares a connect attempt per call to a node that is down, but it
+ * must never be what decides a round: a node that came back would sit out
+ * its backoff while calls fail.  When a round could not reach a majority
+ * and some nodes were skipped for backoff, ask them now.
+ */
+static bool
+nodes_dispatch_backed_off(RlRequest *req, uint64_t tag)
+{
+	bool		any = false;
+
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		if (!req->skip[i] && req->results[i].in_backoff)
+		{
+			node_dispatch(&rl_nodes[i], req, tag, false);
+			any = true;
+		}
+	}
+	return any;
 }
 
 static bool
@@ -895,6 +927,9 @@ rl_nodes_run(RlRequest *req)
 	rl_dispatch_tag = rl_round_id;
 	nodes_dispatch(req, rl_round_id);
 	round_wait(req);
+	if (req->decision == RL_UNAVAILABLE &&
+		nodes_dispatch_backed_off(req, rl_round_id))
+		round_wait(req);
 }
 
 /*

@@ -32,6 +32,7 @@ typedef struct RlNodeResult
 {
 	RlVote		vote;
 	bool		protocol_error; /* the node answered with something wrong */
+	bool		in_backoff;		/* not asked: the node failed recently */
 	int64_t		counter;		/* RL_REPLY_COUNTER: counter before grant */
 	char	   *reply_text;		/* RL_REPLY_STATUS: bulk reply, palloc'd */
 	int64_t		elapsed_us;		/* time to answer */

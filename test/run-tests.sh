@@ -6,6 +6,11 @@
 # any failure.
 set -euo pipefail
 
+# --long: the chaos soak runs 30 minutes (SOAK_MINUTES chooses another length;
+# the default run soaks for about 40 s + 40 s control, see test/t/004_soak.pl)
+if [ "${1:-}" = "--long" ]; then export SOAK_MINUTES="${SOAK_MINUTES:-30}"; fi
+if [ -n "${SOAK_MINUTES:-}" ]; then export SOAK_SECONDS=$((SOAK_MINUTES * 60)); fi
+
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 

@@ -35,6 +35,13 @@ sub start
 	my ($self) = @_;
 	my $pidfile = "$self->{dir}/redis.pid";
 	unlink $pidfile;
+	# a killed predecessor may hold the port for a moment
+	for (1 .. 200)
+	{
+		last unless $self->ping;
+		usleep(25_000);
+	}
+	die "port $self->{port} is still in use" if $self->ping;
 	system('redis-server', '--port', $self->{port}, '--bind', '127.0.0.1',
 		'--dir', $self->{dir}, '--save', '', '--appendonly', 'no',
 		'--daemonize', 'yes', '--pidfile', $pidfile,
@@ -49,6 +56,12 @@ sub start
 	open my $fh, '<', $pidfile or die "no pid file: $!";
 	chomp($self->{pid} = <$fh>);
 	close $fh;
+	# the server answering on the port must be the one we started
+	my $info = $self->cli('INFO', 'server');
+	if ($info =~ /process_id:(\d+)/ && $1 != $self->{pid})
+	{
+		die "port $self->{port} is served by pid $1, not by the new pid $self->{pid}";
+	}
 	return $self;
 }
 

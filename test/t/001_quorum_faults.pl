@@ -181,6 +181,23 @@ is($durable[0]->cli('EXISTS', 'redlock:lock:f:replay'), '0',
 	'the release it missed was replayed on reconnect');
 $replayer->quit;
 
+# --- a node in reconnect backoff is still asked when the round needs it:
+# A is back but in backoff, B is stalled; C alone is no majority of three
+my $backoff = $pg->background_psql('postgres', on_error_stop => 0);
+$backoff->query_safe("SET redlock.nodes = '${\ $redis[0]->addr },${\ $redis[1]->addr },${\ $redis[2]->addr }'");
+$backoff->query_safe("SELECT redlock_try_lock('f:warmup') IS NOT NULL");
+$redis[0]->kill9;
+$backoff->query_safe("SELECT redlock_try_lock('f:backoff1') IS NOT NULL");
+usleep(150_000);
+$backoff->query_safe("SELECT redlock_try_lock('f:backoff2') IS NOT NULL");    # backoff now 200 ms
+$redis[0]->start;
+$redis[1]->pause;
+$out = $backoff->query("SELECT redlock_try_lock('f:backoff3') IS NOT NULL");
+is($out, 't', 'a node that came back during its backoff was asked and granted');
+$backoff->{stderr} = '';
+$redis[1]->resume;
+$backoff->quit;
+
 # --- keys stay inside redlock.key_prefix whatever the resource name says
 my @hostile = ('token-counter:0', '../token-counter:1', 'redlock:token-counter:2', '*',
 	'lock:*', "a\r\n*1\r\n\$8\r\nFLUSHALL\r\n", "x') redis.call('FLUSHALL') --",

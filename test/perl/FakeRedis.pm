@@ -1,0 +1,383 @@
+# A fake Redis server on loopback that answers wrongly on purpose, for the
+# hostile-peer tests.  It speaks just enough RESP to read requests, and then
+# answers every request according to its mode:
+#
+#   grant         well-formed answers: acquire -> "$1 0", scripts -> ":1", PING
+#                 -> "+PONG" (a sanity check that the framing is right)
+#   status        "+OK" to everything (wrong type for the scripts)
+#   integer       ":1" to everything (wrong type for acquire)
+#   integer2      ":2" to everything (an integer out of range for a flag)
+#   array         a two-element array
+#   nil_array     "*-1"
+#   error         "-ERR fake failure"
+#   wrongtype     "-WRONGTYPE ..."
+#   noscript      "-NOSCRIPT ..." (a server without Lua)
+#   long_error    an error reply of 1 MB
+#   huge_bulk     "$1099511627776" (1 TiB) and then nothing
+#   max_bulk      "$9223372036854775807"
+#   neg_bulk      "$-5"
+#   bad_len       "$12x"
+#   huge_array    "*2147483647"
+#   wrap_array    "*4294967297" (wraps to 1 in a 32-bit count)
+#   deep_nest     arrays nested 20 deep
+#   bad_counter   "$3 -12"
+#   long_counter  "$20 99999999999999999999"
+#   zero_counter  "$2 00"
+#   counter_max   "$19 9223372036854775807" (no greater token exists)
+#   counter_ahead "$19 9000000000000000000" (forces the write-back round)
+#   resp3         "%1 ..." (a RESP3 map, which RESP2 clients cannot read)
+#   garbage       "HTTP/1.1 400 Bad Request"
+#   nul_bytes     NUL bytes
+#   cut           half of a well-formed acquire answer, then silence
+#   cut_close     half of a well-formed acquire answer, then close
+#   close         close the connection after reading the request
+#   close_on_connect  accept, then close at once
+#   silent        read requests, never answer
+#   trickle       a well-formed answer, one byte every 40 ms
+#   flood         "$1000000000" and then megabytes of data, as fast as it goes
+#   unsolicited   "+HELLO" at connect, then well-formed answers
+#   delay         well-formed answers, each 200 ms late (slow but healthy;
+#                 not in @MODES: it is no wrong answer)
+#   slow_release  acquire answered at once, everything else 100 ms late
+#                 (not in @MODES either)
+#
+# Every request is appended to a log file (one line: connection number and
+# the command, scripts named by what they do), so tests can see what the
+# backend sent.
+package FakeRedis;
+
+use strict;
+use warnings FATAL => 'all';
+
+use IO::Select;
+use IO::Socket::INET;
+use POSIX ();
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Time::HiRes qw(time usleep);
+
+my @all_fakes;
+
+our @MODES = qw(grant status integer integer2 array nil_array error wrongtype
+  noscript long_error huge_bulk max_bulk neg_bulk bad_len huge_array wrap_array deep_nest
+  bad_counter long_counter zero_counter counter_max counter_ahead resp3 garbage
+  nul_bytes cut cut_close close close_on_connect silent trickle flood
+  unsolicited);
+our @EXTRA_MODES = qw(delay slow_release);
+
+sub new
+{
+	my ($class, %args) = @_;
+	my $mode = $args{mode} or die "FakeRedis: mode needed";
+	die "FakeRedis: unknown mode $mode" unless grep { $_ eq $mode } @MODES, @EXTRA_MODES;
+	my $port = $args{port} // PostgreSQL::Test::Cluster::get_free_port();
+	my $dir = $args{dir} // PostgreSQL::Test::Utils::tempdir('fakeredis');
+	my $log = "$dir/fake-$port.log";
+
+	my $listen = IO::Socket::INET->new(
+		LocalAddr => '127.0.0.1',
+		LocalPort => $port,
+		Listen => 128,
+		ReuseAddr => 1,
+		Proto => 'tcp') or die "FakeRedis: cannot listen on $port: $!";
+
+	my $pid = fork;
+	die "FakeRedis: fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		# the child must never run the test's END blocks
+		eval { serve($listen, $mode, $log); };
+		POSIX::_exit(0);
+	}
+	close $listen;
+	my $self = bless { port => $port, mode => $mode, pid => $pid, log => $log },
+	  $class;
+	push @all_fakes, $self;
+	return $self;
+}
+
+sub port { return $_[0]->{port}; }
+sub addr { return "127.0.0.1:$_[0]->{port}"; }
+sub mode { return $_[0]->{mode}; }
+
+# the requests received so far, one line each
+sub requests
+{
+	my ($self) = @_;
+	open my $fh, '<', $self->{log} or return ();
+	my @lines = <$fh>;
+	close $fh;
+	chomp @lines;
+	return @lines;
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	kill 'KILL', $self->{pid};
+	waitpid($self->{pid}, 0);
+	$self->{pid} = undef;
+}
+
+END
+{
+	my $status = $?;
+	$_->stop for grep { $_->{pid} } @all_fakes;
+	$? = $status;
+}
+
+# ---------- the server (runs in the child) ----------
+
+sub script_kind
+{
+	my ($script) = @_;
+	return 'acquire' if $script =~ /'NX'/;
+	return 'extend' if $script =~ /PEXPIRE/;
+	return 'release' if $script =~ /'DEL'/;
+	return 'writeback' if $script =~ /local t = ARGV\[2\]/;
+	return 'script';
+}
+
+sub describe
+{
+	my ($args) = @_;
+	my @a = @$args;
+	return '' unless @a;
+	my $cmd = uc $a[0];
+	if ($cmd eq 'EVAL' && @a > 1)
+	{
+		my @rest = @a[ 2 .. $#a ];
+		return 'EVAL ' . script_kind($a[1]) . ' ' . join(' ', @rest);
+	}
+	return join(' ', @a);
+}
+
+# well-formed answer to a command
+sub good_answer
+{
+	my ($args) = @_;
+	my $cmd = uc($args->[0] // '');
+	return "+PONG\r\n" if $cmd eq 'PING';
+	return "+OK\r\n" if $cmd eq 'AUTH';
+	if ($cmd eq 'EVAL')
+	{
+		my $kind = script_kind($args->[1] // '');
+		return "\$1\r\n0\r\n" if $kind eq 'acquire';
+		return ":1\r\n";
+	}
+	return "+OK\r\n";
+}
+
+# what to do with one request: list of [delay_s, bytes] chunks, then an action
+# ('keep', 'close', 'flood')
+sub answer
+{
+	my ($mode, $args) = @_;
+	my $good = good_answer($args);
+	my %fixed = (
+		status => "+OK\r\n",
+		integer => ":1\r\n",
+		integer2 => ":2\r\n",
+		array => "*2\r\n\$1\r\na\r\n:5\r\n",
+		nil_array => "*-1\r\n",
+		error => "-ERR fake failure\r\n",
+		wrongtype => "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+		noscript => "-NOSCRIPT No matching script. Please use EVAL.\r\n",
+		long_error => '-ERR ' . ('x' x (1024 * 1024)) . "\r\n",
+		huge_bulk => "\$1099511627776\r\n",
+		max_bulk => "\$9223372036854775807\r\n",
+		neg_bulk => "\$-5\r\n",
+		bad_len => "\$12x\r\n",
+		huge_array => "*2147483647\r\n",
+		wrap_array => "*4294967297\r\n:1\r\n",
+		deep_nest => ("*1\r\n" x 20) . ":1\r\n",
+		bad_counter => "\$3\r\n-12\r\n",
+		long_counter => "\$20\r\n99999999999999999999\r\n",
+		zero_counter => "\$2\r\n00\r\n",
+		counter_max => "\$19\r\n9223372036854775807\r\n",
+		counter_ahead => "\$19\r\n9000000000000000000\r\n",
+		resp3 => "%1\r\n+a\r\n:1\r\n",
+		garbage => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+		nul_bytes => "\0\0\0\0\r\n",
+	);
+	my $cmd = uc($args->[0] // '');
+	my $kind = $cmd eq 'EVAL' ? script_kind($args->[1] // '') : lc $cmd;
+
+	# the counter modes lie only about the acquire; the rest is well-formed
+	if ($mode =~ /counter/)
+	{
+		return ([ [ 0, $kind eq 'acquire' ? $fixed{$mode} : $good ] ], 'keep');
+	}
+	return ([ [ 0, $fixed{$mode} ] ], 'keep') if exists $fixed{$mode};
+	return ([ [ 0, $good ] ], 'keep') if $mode eq 'grant' || $mode eq 'unsolicited';
+	my $acq = "\$16\r\n1000000000000000\r\n";
+	return ([ [ 0, substr($acq, 0, 9) ] ], 'keep') if $mode eq 'cut';
+	return ([ [ 0, substr($acq, 0, 9) ] ], 'close') if $mode eq 'cut_close';
+	return ([], 'close') if $mode eq 'close';
+	return ([], 'keep') if $mode eq 'silent' || $mode eq 'close_on_connect';
+	return ([ map { [ 0.04, $_ ] } split //, $good ], 'keep') if $mode eq 'trickle';
+	return ([ [ 0.2, $good ] ], 'keep') if $mode eq 'delay';
+	return ([ [ $kind eq 'acquire' ? 0 : 0.1, $good ] ], 'keep') if $mode eq 'slow_release';
+	return ([ [ 0, "\$1000000000\r\n" ] ], 'flood') if $mode eq 'flood';
+	die "no answer for mode $mode";
+}
+
+# one complete RESP request from the front of $$buf, or undef
+sub take_request
+{
+	my ($buf) = @_;
+	return undef unless length $$buf;
+	if (substr($$buf, 0, 1) ne '*')
+	{
+		# inline command
+		my $nl = index($$buf, "\n");
+		return undef if $nl < 0;
+		my $line = substr($$buf, 0, $nl + 1, '');
+		$line =~ s/\r?\n\z//;
+		return [ split ' ', $line ];
+	}
+	my $nl = index($$buf, "\r\n");
+	return undef if $nl < 0;
+	my $n = substr($$buf, 1, $nl - 1);
+	die "bad request header" unless $n =~ /^\d+$/;
+	my $pos = $nl + 2;
+	my @args;
+	for (1 .. $n)
+	{
+		my $e = index($$buf, "\r\n", $pos);
+		return undef if $e < 0;
+		my $hdr = substr($$buf, $pos, $e - $pos);
+		die "bad bulk header" unless $hdr =~ /^\$(\d+)$/;
+		my $len = $1;
+		$pos = $e + 2;
+		return undef if length($$buf) < $pos + $len + 2;
+		push @args, substr($$buf, $pos, $len);
+		$pos += $len + 2;
+	}
+	substr($$buf, 0, $pos, '');
+	return \@args;
+}
+
+sub serve
+{
+	my ($listen, $mode, $logfile) = @_;
+	$SIG{PIPE} = 'IGNORE';
+	open my $log, '>>', $logfile or die;
+	$log->autoflush(1);
+	my $sel = IO::Select->new($listen);
+	my %conns;    # fileno => { sock, in, out => [[when, bytes]...], close, flood, id }
+	my $nconn = 0;
+	my $flood_chunk = 'f' x 65536;
+
+	for (;;)
+	{
+		my $now = time;
+		my $timeout = 0.2;
+		for my $c (values %conns)
+		{
+			if (@{ $c->{out} })
+			{
+				my $d = $c->{out}[0][0] - $now;
+				$timeout = $d < $timeout ? ($d < 0 ? 0 : $d) : $timeout;
+			}
+		}
+		my $wsel = IO::Select->new(map { $_->{sock} } grep { $_->{flood} } values %conns);
+		my ($r, $w) = IO::Select::select($sel, $wsel->count ? $wsel : undef, undef, $timeout);
+		my @ready = $r ? @$r : ();
+		my %writable = map { fileno($_) => 1 } ($w ? @$w : ());
+		for my $fh (@ready)
+		{
+			if ($fh == $listen)
+			{
+				my $s = $listen->accept or next;
+				$s->blocking(0);
+				$nconn++;
+				print $log "conn $nconn: connected\n";
+				if ($mode eq 'close_on_connect')
+				{
+					close $s;
+					next;
+				}
+				my $c = { sock => $s, in => '', out => [], id => $nconn };
+				push @{ $c->{out} }, [ 0, "+HELLO\r\n" ] if $mode eq 'unsolicited';
+				$conns{ fileno $s } = $c;
+				$sel->add($s);
+				next;
+			}
+			my $c = $conns{ fileno $fh } or next;
+			my $got = sysread($fh, my $data, 65536);
+			if (!$got)
+			{
+				next if !defined $got && $!{EAGAIN};
+				print $log "conn $c->{id}: closed by peer\n";
+				$sel->remove($fh);
+				delete $conns{ fileno $fh };
+				close $fh;
+				next;
+			}
+			$c->{in} .= $data;
+			while (my $req = take_request(\$c->{in}))
+			{
+				print $log "conn $c->{id}: " . describe($req) . "\n";
+				next if $c->{close} || $c->{flood};
+				my ($chunks, $action) = answer($mode, $req);
+				my $t = time;
+				for my $ch (@$chunks)
+				{
+					$t += $ch->[0];
+					push @{ $c->{out} }, [ $t, $ch->[1] ];
+				}
+				$c->{close} = 1 if $action eq 'close';
+				$c->{flood} = 1 if $action eq 'flood';
+			}
+		}
+
+		# send what is due
+		$now = time;
+		for my $fd (keys %conns)
+		{
+			my $c = $conns{$fd};
+			while (@{ $c->{out} } && $c->{out}[0][0] <= $now)
+			{
+				my $bytes = $c->{out}[0][1];
+				my $n = syswrite($c->{sock}, $bytes);
+				if (!defined $n)
+				{
+					last if $!{EAGAIN};
+					$c->{close} = 1;
+					$c->{out} = [];
+					last;
+				}
+				if ($n < length $bytes)
+				{
+					$c->{out}[0][1] = substr($bytes, $n);
+					last;
+				}
+				shift @{ $c->{out} };
+			}
+			if ($c->{flood} && !@{ $c->{out} } && $writable{$fd})
+			{
+				# write one chunk per loop: fast, but never blocks the server
+				my $n = syswrite($c->{sock}, $flood_chunk);
+				if (!defined $n && !$!{EAGAIN})
+				{
+					$c->{close} = 1;
+				}
+				else
+				{
+					$c->{flooded} += $n // 0;
+				}
+			}
+			if ($c->{close} && !@{ $c->{out} })
+			{
+				print $log "conn $c->{id}: closed by fake\n";
+				$sel->remove($c->{sock});
+				close $c->{sock};
+				delete $conns{$fd};
+			}
+		}
+	}
+}
+
+1;

@@ -1,0 +1,238 @@
+# Hostile peers: a fake Redis server (test/perl/FakeRedis.pm) that answers
+# wrongly in every way we could think of.  For each kind of wrong answer:
+# a clear error (RL002/RL005) or a NULL grant, never a crash, never a
+# backend hung past its deadline, and no lease left behind on the healthy
+# nodes.  With the liar in the minority, the healthy majority still grants.
+use strict;
+use warnings FATAL => 'all';
+
+use FakeRedis;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedisNode;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @redis = map { RedisNode->new } 1 .. 2;
+
+my $pg = PostgreSQL::Test::Cluster->new('hostile');
+$pg->init;
+$pg->append_conf('postgresql.conf',
+	    "redlock.nodes = '${\ $redis[0]->addr },${\ $redis[1]->addr }'\n"
+	  . "redlock.node_timeout = 100\nredlock.connect_timeout = 200\n"
+	  . "redlock.retry_delay = 20\nredlock.retry_jitter = 10\n");
+$pg->start;
+$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my $pm_start = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
+
+# a single attempt costs at most a connect and a node timeout per round (two
+# rounds when a token is written back); generous for a noisy 2-core machine
+my $single_bound = 3.0;
+
+# lock keys of a key prefix on a real node
+sub keys_left
+{
+	my ($node, $prefix) = @_;
+	my $out = $node->cli('KEYS', "${prefix}lock:*");
+	return $out;
+}
+
+# keys are released without waiting for the answer: give them a moment
+sub no_keys_left
+{
+	my ($prefix) = @_;
+	for (1 .. 40)
+	{
+		return 1 if !grep { keys_left($_, $prefix) ne '' } @redis;
+		usleep(25_000);
+	}
+	return 0;
+}
+
+# run SQL in a fresh session with the given node list; returns
+# (stdout, stderr, seconds)
+sub run_sql
+{
+	my ($nodes, $prefix, $sql) = @_;
+	my $t0 = time;
+	my ($rc, $out, $err) = $pg->psql('postgres',
+		"SET redlock.nodes = '$nodes'; SET redlock.key_prefix = '$prefix';\n$sql",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ],
+		on_error_stop => 0,
+		timeout => 60);
+	return ($out, $err, time - $t0);
+}
+
+my %outcomes;
+for my $mode (@FakeRedis::MODES)
+{
+	my @fake = map { FakeRedis->new(mode => $mode) } 1 .. 2;
+	my $prefix = "h-$mode:";
+
+	# --- the liars are the majority: no grant, a clear answer, quickly
+	my $nodes = join(',', $redis[0]->addr, map { $_->addr } @fake);
+	my ($out, $err, $took) = run_sql($nodes, $prefix,
+		"SELECT coalesce(redlock_try_lock('res', 5000)::text, 'NULL');\n"
+		  . "SELECT 'alive', count(*) FROM redlock_leases;");
+	my $first = (split /\n/, $out)[0] // '';
+	my ($state) = $err =~ /ERROR:\s+(\w{5}):/;
+	$state //= '';
+	if ($mode eq 'grant' || $mode eq 'counter_ahead')
+	{
+		# well-formed answers are believed (a liar majority is not in the model)
+		like($first, qr/^\d+$/, "$mode, majority fake: granted (well-formed answers)");
+	}
+	elsif ($mode eq 'nil_array')
+	{
+		is($first, 'NULL', "$mode, majority fake: NULL grant (nil means held)");
+	}
+	else
+	{
+		like($state, qr/^RL00[25]$/,
+			"$mode, majority fake: refused with RL002/RL005 (got '$state')")
+		  or diag $err;
+		like($err, qr/\Q${\ $fake[0]->addr }\E: /, "$mode: the detail names the fake node")
+		  if $state && $mode ne 'counter_max';
+	}
+	like($out, qr/alive\|0/, "$mode, majority fake: the backend lives on and holds nothing")
+	  unless $mode eq 'grant' || $mode eq 'counter_ahead';
+	cmp_ok($took, '<', $single_bound, "$mode, majority fake: answered in ${\ sprintf '%.2f', $took }s");
+	$outcomes{$mode} = $state || $first;
+
+	# the waiting form must not wait on a liar majority either (except for
+	# "held", which it waits out until lock_timeout)
+	($out, $err, $took) = run_sql($nodes, $prefix . 'w:',
+		"SET lock_timeout = '1s';\nSELECT redlock_lock('res', 5000) IS NOT NULL AS got;");
+	($state) = $err =~ /ERROR:\s+(\w{5}):/;
+	$state //= '';
+	if ($mode eq 'grant' || $mode eq 'counter_ahead')
+	{
+		is($out, 't', "$mode, majority fake: redlock_lock granted");
+	}
+	elsif ($mode eq 'nil_array')
+	{
+		is($state, '55P03', "$mode: redlock_lock waits until lock_timeout");
+	}
+	else
+	{
+		like($state, qr/^RL00[25]$/, "$mode: redlock_lock refused at once (got '$state')");
+	}
+	cmp_ok($took, '<', 1 + $single_bound,
+		"$mode, majority fake: redlock_lock answered in ${\ sprintf '%.2f', $took }s");
+	ok(no_keys_left($prefix) && no_keys_left($prefix . 'w:'),
+		"$mode, majority fake: no lease left on the healthy node");
+
+	# --- the liar is the minority: the healthy majority grants, the unlock
+	# releases, nothing is left behind
+	$nodes = join(',', $redis[0]->addr, $redis[1]->addr, $fake[0]->addr);
+	($out, $err, $took) = run_sql($nodes, $prefix . 'm:',
+		"SELECT coalesce(redlock_try_lock('res', 5000)::text, 'NULL');\n"
+		  . "SELECT redlock_extend('res', 5000) > 0;\n"
+		  . "SELECT redlock_unlock('res');\n"
+		  . "SELECT 'alive', count(*) FROM redlock_leases;");
+	($state) = $err =~ /ERROR:\s+(\w{5}):/;
+	$state //= '';
+	$first = (split /\n/, $out)[0] // '';
+	if ($mode eq 'counter_max' && $state ne '')
+	{
+		# the liar answered before the healthy majority did: a well-formed
+		# counter with no greater token, a clear error
+		is($state, 'RL005', "$mode, minority fake: counter exhausted is RL005");
+	}
+	else
+	{
+		like($first, qr/^\d+$/, "$mode, minority fake: the healthy majority grants")
+		  or diag $err;
+		like($out, qr/^t\nt\nalive\|0$/m, "$mode, minority fake: extended and released");
+	}
+	cmp_ok($took, '<', 2 * $single_bound,
+		"$mode, minority fake: done in ${\ sprintf '%.2f', $took }s");
+	ok(no_keys_left($prefix . 'm:'), "$mode, minority fake: no lease left behind");
+
+	$_->stop for @fake;
+}
+note join(', ', map { "$_=$outcomes{$_}" } @FakeRedis::MODES);
+
+# --- one long-lived session meets every liar in turn and still works after
+my $s = $pg->background_psql('postgres', on_error_stop => 0);
+$s->query_safe("SET redlock.node_timeout = 100");
+my $survived = 1;
+for my $mode (@FakeRedis::MODES)
+{
+	my $fake = FakeRedis->new(mode => $mode);
+	my $nodes = join(',', $redis[0]->addr, $fake->addr, $redis[1]->addr);
+	$s->query("SET redlock.nodes = '$nodes'");
+	for my $i (1 .. 3)
+	{
+		$s->query("SELECT redlock_try_lock('long:$i', 2000)");
+		$s->query("SELECT redlock_unlock('long:$i')");
+	}
+	$s->{stderr} = '';
+	$fake->stop;
+	my $r = $s->query("SELECT 1");
+	$survived = 0 unless defined $r && $r eq '1';
+}
+ok($survived, 'one session went through every liar');
+$s->query_safe("SET redlock.nodes = '${\ $redis[0]->addr },${\ $redis[1]->addr }'");
+like($s->query_safe("SELECT redlock_try_lock('long:end', 2000)"), qr/^\d+$/,
+	'and then takes a lease on the healthy nodes');
+is($s->query_safe("SELECT redlock_unlock_all(); SELECT count(*) FROM redlock_leases"),
+	"\n0", 'and releases it');
+$s->quit;
+ok(no_keys_left('redlock:'), 'the long-lived session left nothing behind');
+
+# --- a slow but healthy node: every answer 200 ms late, well within
+# node_timeout.  Rounds decided by the fast majority go by (a few thousand a
+# second) without waiting for it, so it owes hundreds of replies at a
+# time; it must not be declared down for that (it was, at 64 owed replies).
+my $slow = FakeRedis->new(mode => 'delay');
+my $logpos = -s $pg->logfile;
+my ($out, $err, $took) = run_sql(
+	join(',', $redis[0]->addr, $redis[1]->addr, $slow->addr), 'slow:',
+	"SET redlock.node_timeout = '2s';\n"
+	  . "DO \$\$ BEGIN FOR g IN 1 .. 2000 LOOP\n"
+	  . "  PERFORM redlock_try_lock('s' || g, 5000); PERFORM redlock_unlock('s' || g);\n"
+	  . "  PERFORM pg_sleep(0.0005);\n"
+	  . "END LOOP; END \$\$;\nSELECT 'done';");
+is($out, 'done', 'with a slow node: 2000 lock/unlock cycles') or diag $err;
+unlike(slurp_file($pg->logfile, $logpos), qr/stopped answering/,
+	'the slow but healthy node was never declared down');
+my $sent = 0;
+for (1 .. 100)
+{
+	$sent = grep { /EVAL/ } $slow->requests;
+	last if $sent >= 4000;
+	usleep(50_000);
+}
+cmp_ok($sent, '>=', 4000, 'and it was sent every request');
+$slow->stop;
+
+# --- many leases released at once while every node answers releases late:
+# the releases are pipelined, but never more than a connection may owe, so
+# every node gets every release (it used to fail the nodes past 1024 owed
+# replies and drop the rest of the releases)
+my @lagging = map { FakeRedis->new(mode => 'slow_release') } 1 .. 3;
+($out, $err, $took) = run_sql(join(',', map { $_->addr } @lagging), 'lag:',
+	"SET redlock.node_timeout = '5s';\n"
+	  . "SELECT count(redlock_try_lock('l' || g, 60000)) FROM generate_series(1, 1100) g;\n"
+	  . "SELECT redlock_unlock_all();\nSELECT 'done';");
+like($out, qr/^1100\n\ndone$/, '1100 leases taken and released on lagging nodes') or diag $err;
+my @released;
+for (1 .. 100)
+{
+	@released = map { scalar grep { /EVAL release/ } $_->requests } @lagging;
+	last unless grep { $_ < 1100 } @released;
+	usleep(50_000);
+}
+is("@released", '1100 1100 1100', 'every lagging node was sent every release');
+$_->stop for @lagging;
+
+# --- no backend crashed: the postmaster never restarted
+is($pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'), $pm_start,
+	'the postmaster never restarted (no backend crashed)');
+my $log = slurp_file($pg->logfile);
+unlike($log, qr/terminated by signal|server process .* exited with exit code [^0]/,
+	'no backend died abnormally');
+
+$pg->stop;
+done_testing();

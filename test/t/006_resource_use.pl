@@ -1,0 +1,140 @@
+# Resource use: many lock/unlock cycles in one session leave the backend's
+# memory (PostgreSQL memory contexts, and the malloc heap that hiredis uses)
+# and its connections to the nodes flat.  RESOURCE_CYCLES sets the number of
+# cycles (default 100,000, which takes about 30 s).
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedisNode;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $cycles = $ENV{RESOURCE_CYCLES} // 100_000;
+my $batch = 1000;
+
+my @redis = map { RedisNode->new } 1 .. 3;
+my $nodes = join(',', map { $_->addr } @redis);
+
+my $pg = PostgreSQL::Test::Cluster->new('resources');
+$pg->init;
+$pg->append_conf('postgresql.conf', "redlock.nodes = '$nodes'\n");
+$pg->start;
+$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+
+my $s = $pg->background_psql('postgres', on_error_stop => 1);
+my $pid = $s->query_safe('SELECT pg_backend_pid()');
+
+# one batch: session leases (lock and try_lock, re-entered once), a
+# transaction lease, an extend, and a lease that is contended by nobody but
+# released by unlock_all
+$s->query_safe(<<'SQL');
+CREATE PROCEDURE cycles(n int) LANGUAGE plpgsql AS $$
+BEGIN
+	FOR i IN 1 .. n LOOP
+		CASE i % 4
+		WHEN 0 THEN
+			PERFORM redlock_lock('ru:a', 5000);
+			PERFORM redlock_lock('ru:a', 5000);
+			PERFORM redlock_unlock('ru:a');
+			PERFORM redlock_unlock('ru:a');
+		WHEN 1 THEN
+			PERFORM redlock_try_lock('ru:b:' || (i % 7), 5000);
+			PERFORM redlock_extend('ru:b:' || (i % 7), 5000);
+			PERFORM redlock_unlock('ru:b:' || (i % 7));
+		WHEN 2 THEN
+			PERFORM redlock_xact_lock('ru:c', 5000);
+			COMMIT;
+		ELSE
+			PERFORM redlock_try_lock('ru:d', 5000);
+			PERFORM redlock_unlock_all();
+		END CASE;
+	END LOOP;
+END $$;
+SQL
+
+sub context_bytes
+{
+	return $s->query_safe('SELECT sum(total_bytes) FROM pg_backend_memory_contexts');
+}
+
+sub heap_kb
+{
+	open my $fh, '<', "/proc/$pid/status" or return -1;
+	my ($kb) = map { /^RssAnon:\s+(\d+)/ ? $1 : () } <$fh>;
+	close $fh;
+	return $kb // -1;
+}
+
+sub clients
+{
+	my ($node) = @_;
+	my $info = $node->cli('INFO', 'clients') . $node->cli('INFO', 'stats');
+	my ($conn) = $info =~ /connected_clients:(\d+)/;
+	my ($total) = $info =~ /total_connections_received:(\d+)/;
+	return ($conn, $total);
+}
+
+# warm up: every code path once, caches filled
+$s->query_safe("CALL cycles($batch)");
+my $ctx0 = context_bytes();
+my $heap0 = heap_kb();
+my @conn0 = map { [ clients($_) ] } @redis;
+
+my $t0 = time;
+my @ctx_trace;
+for (my $done = 0; $done < $cycles; $done += $batch)
+{
+	$s->query_safe("CALL cycles($batch)");
+	push @ctx_trace, context_bytes() if ($done / $batch) % 5 == 0;
+}
+my $took = time - $t0;
+my $ctx1 = context_bytes();
+my $heap1 = heap_kb();
+my @conn1 = map { [ clients($_) ] } @redis;
+
+note sprintf("%d cycles in %.1fs; memory contexts %d -> %d bytes; heap %d -> %d kB; trace: %s",
+	$cycles, $took, $ctx0, $ctx1, $heap0, $heap1, join(' ', @ctx_trace));
+is($s->query_safe('SELECT count(*) FROM redlock_leases'), '0', 'nothing held after the cycles');
+cmp_ok($ctx1 - $ctx0, '<=', 16 * 1024,
+	"memory contexts flat over $cycles cycles ($ctx0 -> $ctx1 bytes)");
+cmp_ok($heap1 - $heap0, '<=', 512,
+	"malloc heap flat over $cycles cycles ($heap0 -> $heap1 kB RssAnon)");
+for my $i (0 .. $#redis)
+{
+	my ($c0, $tot0) = @{ $conn0[$i] };
+	my ($c1, $tot1) = @{ $conn1[$i] };
+	is($c1, $c0, "node $i: connected_clients unchanged ($c0 -> $c1)");
+	# each measurement opens two redis-cli connections of its own
+	is($tot1 - $tot0, 2, "node $i: no new connection from the backend over $cycles cycles");
+}
+
+# many leases released at once (unlock_all, COMMIT, backend exit) go out
+# pipelined: more of them than a connection may owe replies must still all
+# be released on every node
+sub lock_keys
+{
+	return join ' ', map {
+		$_->cli('EVAL', "return #redis.call('KEYS', ARGV[1])", '0', 'redlock:lock:many*')
+	} @redis;
+}
+$s->query_safe("SELECT count(redlock_lock('many:' || g, 60000)) FROM generate_series(1, 1500) g");
+is(lock_keys(), '1500 1500 1500', '1500 session leases held on every node');
+$s->query_safe('SELECT redlock_unlock_all()');
+is(lock_keys(), '0 0 0', 'unlock_all released all 1500 on every node');
+$s->query_safe("BEGIN; SELECT count(redlock_xact_lock('manyx:' || g, 60000)) FROM generate_series(1, 1500) g");
+$s->query_safe('COMMIT');
+is(lock_keys(), '0 0 0', 'COMMIT released 1500 transaction leases on every node');
+$s->query_safe("SELECT count(redlock_lock('manye:' || g, 60000)) FROM generate_series(1, 1500) g");
+$s->quit;
+my $gone = 0;
+for (1 .. 100)
+{
+	$gone = 1, last if lock_keys() eq '0 0 0';
+	Time::HiRes::usleep(50_000);
+}
+ok($gone, 'backend exit released 1500 session leases on every node');
+
+$pg->stop;
+done_testing();
