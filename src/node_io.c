@@ -290,8 +290,6 @@ replay_remember(RlNode *node, const RlRequest *req)
 	node->nreplay++;
 }
 
-static bool owe_reply(RlNode *node, uint64_t tag);
-
 /* Queue the kept releases on a new connection, replies discarded. */
 static void
 replay_flush(RlNode *node)
