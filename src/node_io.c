@@ -23,6 +23,7 @@
  */
 #include "postgres.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <hiredis/hiredis.h>
@@ -70,6 +71,8 @@ typedef struct RlNode
 
 	/* ring of tags of the replies this connection still owes, oldest first */
 	uint64_t	owed[RL_MAX_OWED];
+	char	   *owed_cmd[RL_MAX_OWED];	/* a release, kept until answered */
+	int			owed_cmd_len[RL_MAX_OWED];
 	int			owed_head;
 	int			owed_count;
 	int64_t		last_progress_us;	/* last reply, or when owing began */
@@ -94,6 +97,7 @@ static bool rl_wes_stale = true;
 
 static void node_fail(RlNode *node, RlRequest *req, const char *fmt,...) pg_attribute_printf(3, 4);
 static void replay_remember(RlNode *node, const RlRequest *req);
+static void replay_keep(RlNode *node, char *cmd, int len);
 
 /*
  * None of our commands is answered with a large array.  A broken or hostile
@@ -157,6 +161,16 @@ node_disconnect(RlNode *node)
 	}
 	node->state = RL_CONN_NONE;
 	node->want_write = false;
+
+	/* releases sent but never answered may not have been applied */
+	for (int i = 0; i < node->owed_count; i++)
+	{
+		int			slot = (node->owed_head + i) % RL_MAX_OWED;
+
+		if (node->owed_cmd[slot] != NULL)
+			replay_keep(node, node->owed_cmd[slot], node->owed_cmd_len[slot]);
+		node->owed_cmd[slot] = NULL;
+	}
 	node->owed_head = 0;
 	node->owed_count = 0;
 	node->wes_pos = -1;
@@ -249,14 +263,52 @@ node_fail(RlNode *node, RlRequest *req, const char *fmt,...)
 }
 
 static bool
-owe_reply(RlNode *node, uint64_t tag)
+owe_reply_kept(RlNode *node, uint64_t tag, char *cmd, int len)
 {
+	int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+
 	if (node->owed_count >= RL_MAX_OWED)
 		return false;
 	if (node->owed_count == 0)
 		node->last_progress_us = rl_now_us();
-	node->owed[(node->owed_head + node->owed_count) % RL_MAX_OWED] = tag;
+	node->owed[slot] = tag;
+	node->owed_cmd[slot] = cmd;
+	node->owed_cmd_len[slot] = len;
 	node->owed_count++;
+	return true;
+}
+
+static bool
+owe_reply(RlNode *node, uint64_t tag)
+{
+	return owe_reply_kept(node, tag, NULL, 0);
+}
+
+/*
+ * Append the request to the node's connection.  A release keeps its bytes
+ * with its slot until the node answers it, so that a connection that dies
+ * first hands it to the replay list instead of losing it.
+ */
+static bool
+queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
+{
+	char	   *cmd;
+	int			len;
+
+	if (!req->replay)
+		return redisAppendCommandArgv(node->ctx, req->argc, req->argv,
+									  req->argvlen) == REDIS_OK &&
+			owe_reply(node, tag);
+
+	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
+	if (len <= 0)
+		return false;
+	if (redisAppendFormattedCommand(node->ctx, cmd, len) != REDIS_OK ||
+		!owe_reply_kept(node, tag, cmd, len))
+	{
+		redisFreeCommand(cmd);
+		return false;
+	}
 	return true;
 }
 
@@ -268,14 +320,17 @@ owe_reply(RlNode *node, uint64_t tag)
  * owner's lock.  The oldest is dropped when too many pile up.
  */
 static void
-replay_remember(RlNode *node, const RlRequest *req)
+replay_keep(RlNode *node, char *cmd, int len)
 {
-	char	   *cmd;
-	int			len;
-
-	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
-	if (len <= 0)
-		return;
+	for (int i = 0; i < node->nreplay; i++)
+	{
+		if (node->replay_len[i] == len &&
+			memcmp(node->replay_cmd[i], cmd, len) == 0)
+		{
+			redisFreeCommand(cmd);	/* already kept */
+			return;
+		}
+	}
 	if (node->nreplay == RL_MAX_REPLAY)
 	{
 		redisFreeCommand(node->replay_cmd[0]);
@@ -288,6 +343,17 @@ replay_remember(RlNode *node, const RlRequest *req)
 	node->replay_cmd[node->nreplay] = cmd;
 	node->replay_len[node->nreplay] = len;
 	node->nreplay++;
+}
+
+static void
+replay_remember(RlNode *node, const RlRequest *req)
+{
+	char	   *cmd;
+	int			len;
+
+	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
+	if (len > 0)
+		replay_keep(node, cmd, len);
 }
 
 /* Queue the kept releases on a new connection, replies discarded. */
@@ -383,9 +449,7 @@ node_lost(RlNode *node, RlRequest *req, const char *what)
 		node_connect(node, req);
 		if (node->state == RL_CONN_NONE)
 			return;				/* node_connect failed it */
-		if (redisAppendCommandArgv(node->ctx, req->argc, req->argv,
-								   req->argvlen) != REDIS_OK ||
-			!owe_reply(node, rl_dispatch_tag))
+		if (!queue_request(node, req, rl_dispatch_tag))
 			node_fail(node, req, "could not queue the request");
 		return;
 	}
@@ -524,6 +588,11 @@ node_read(RlNode *node, RlRequest *req)
 			return;
 		}
 		tag = node->owed[node->owed_head];
+		if (node->owed_cmd[node->owed_head] != NULL)
+		{
+			redisFreeCommand(node->owed_cmd[node->owed_head]);
+			node->owed_cmd[node->owed_head] = NULL;
+		}
 		node->owed_head = (node->owed_head + 1) % RL_MAX_OWED;
 		node->owed_count--;
 		node->last_progress_us = rl_now_us();
@@ -665,9 +734,7 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 			return;				/* node_fail kept a release for replay */
 	}
 
-	if (redisAppendCommandArgv(node->ctx, req->argc, req->argv,
-							   req->argvlen) != REDIS_OK ||
-		!owe_reply(node, tag))
+	if (!queue_request(node, req, tag))
 	{
 		node_fail(node, req, "too many requests queued on a stalled connection");
 		return;
@@ -913,6 +980,34 @@ round_wait(RlRequest *req)
 }
 
 /*
+ * After a round: push out what is still queued without waiting.  A node
+ * whose connect was still in progress when the round was decided holds the
+ * request (and any replayed releases) in its output buffer; finishing the
+ * connect now sends them at once instead of at this backend's next call.
+ */
+static void
+nodes_flush(void)
+{
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		if (node->state == RL_CONN_CONNECTING)
+		{
+			struct pollfd pfd;
+
+			pfd.fd = node->ctx->fd;
+			pfd.events = POLLOUT;
+			pfd.revents = 0;
+			if (poll(&pfd, 1, 0) == 1)
+				node_connect_done(node, NULL);
+		}
+		else if (node->state == RL_CONN_READY && node->want_write)
+			node_write(node, NULL);
+	}
+}
+
+/*
  * Send the request to every node and wait until the round's goal is met.
  * Nodes that did not answer in time are left PENDING or FAILED in
  * req->results; their replies, should they come later, are discarded.
@@ -928,6 +1023,7 @@ rl_nodes_run(RlRequest *req)
 	if (req->decision == RL_UNAVAILABLE &&
 		nodes_dispatch_backed_off(req, rl_round_id))
 		round_wait(req);
+	nodes_flush();
 }
 
 /*
@@ -941,4 +1037,5 @@ rl_nodes_send(RlRequest *req)
 	nodes_housekeeping();
 	rl_dispatch_tag = RL_TAG_DISCARD;
 	nodes_dispatch(req, RL_TAG_DISCARD);
+	nodes_flush();
 }
