@@ -5,8 +5,13 @@ OBJS = \
 	src/redlock.o \
 	src/guc.o \
 	src/quorum.o \
-	src/node_io.o \
-	src/lease.o \
+	src/node_conn.o \
+	src/node_pipeline.o \
+	src/node_round.o \
+	src/protocol.o \
+	src/registry.o \
+	src/lifecycle.o \
+	src/lease_sql.o \
 	src/stats.o \
 	src/health.o \
 	src/fence.o

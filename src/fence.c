@@ -42,6 +42,7 @@
 #include "utils/builtins.h"
 #include "utils/rel.h"
 
+#include "guc.h"
 #include "redlock.h"
 #include "stats.h"
 

@@ -17,6 +17,7 @@
 
 #include "utils/guc.h"
 
+#include "guc.h"
 #include "redlock.h"
 
 const RlNodeList *rl_node_list = NULL;

@@ -18,8 +18,8 @@
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
-#include "lease.h"
-#include "node_io.h"
+#include "lifecycle.h"
+#include "nodes.h"
 
 #define RL_HEALTH_COLUMNS 9
 

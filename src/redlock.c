@@ -12,7 +12,8 @@
 
 #include "fmgr.h"
 
-#include "lease.h"
+#include "guc.h"
+#include "lifecycle.h"
 #include "redlock.h"
 #include "stats.h"
 
@@ -25,6 +26,5 @@ _PG_init(void)
 {
 	rl_define_gucs();
 	rl_stats_init();
-	RegisterXactCallback(rl_xact_callback, NULL);
-	RegisterSubXactCallback(rl_subxact_callback, NULL);
+	rl_lifecycle_init();
 }

@@ -46,23 +46,6 @@ typedef struct RlNodeList
 	RlNodeAddr	nodes[RL_MAX_NODES];
 } RlNodeList;
 
-/* guc.c: settings */
-extern const RlNodeList *rl_node_list;	/* NULL or count 0 when unset */
-extern uint64_t rl_node_list_generation;	/* bumped when nodes/auth change */
-extern int	rl_connect_timeout_ms;
-extern int	rl_node_timeout_ms;
-extern double rl_drift_factor;
-extern int	rl_retry_delay_ms;
-extern int	rl_retry_jitter_ms;
-extern char *rl_key_prefix;
-extern char *rl_username;
-extern char *rl_password;
-extern char *rl_fence_token_setting;
-
-extern void rl_define_gucs(void);
-extern bool rl_parse_node_list(const char *value, RlNodeList *out,
-							   char *errbuf, size_t errlen);
-
 /* Monotonic clock in microseconds, for deadlines and lease validity. */
 static inline int64_t
 rl_now_us(void)

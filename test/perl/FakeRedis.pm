@@ -20,6 +20,9 @@
 #   huge_array    "*2147483647"
 #   wrap_array    "*4294967297" (wraps to 1 in a 32-bit count)
 #   deep_nest     arrays nested 20 deep
+#   nest5         arrays nested 5 deep (below hiredis 0.14's own limit of 7)
+#   nest_huge     arrays nested 300,000 deep (hiredis 1.2 recursed on those
+#                 until the stack overflowed)
 #   bad_counter   "$3 -12"
 #   long_counter  "$20 99999999999999999999"
 #   zero_counter  "$2 00"
@@ -60,6 +63,7 @@ my @all_fakes;
 
 our @MODES = qw(grant status integer integer2 array nil_array error wrongtype
   noscript long_error huge_bulk max_bulk neg_bulk bad_len huge_array wrap_array deep_nest
+  nest5 nest_huge
   bad_counter long_counter zero_counter counter_max counter_ahead resp3 garbage
   nul_bytes cut cut_close close close_on_connect silent trickle flood
   unsolicited);
@@ -192,6 +196,8 @@ sub answer
 		huge_array => "*2147483647\r\n",
 		wrap_array => "*4294967297\r\n:1\r\n",
 		deep_nest => ("*1\r\n" x 20) . ":1\r\n",
+		nest5 => ("*1\r\n" x 5) . ":1\r\n",
+		nest_huge => ("*1\r\n" x 300_000) . ":1\r\n",
 		bad_counter => "\$3\r\n-12\r\n",
 		long_counter => "\$20\r\n99999999999999999999\r\n",
 		zero_counter => "\$2\r\n00\r\n",

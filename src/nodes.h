@@ -1,14 +1,19 @@
 /*-------------------------------------------------------------------------
  *
- * node_io.h
- *	  Connections to the Redis nodes, and one request sent to all of them
- *	  at once with the replies awaited in a single wait loop.
+ * nodes.h
+ *	  The Redis nodes as seen by the protocol: one request sent to all of
+ *	  them at once, with the replies awaited in a single wait loop.
+ *
+ *	  The node layer knows nothing of leases: it sends commands, reads
+ *	  replies, and keeps the commands a caller marks as must-deliver until
+ *	  their node has answered them.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef REDLOCK_NODE_IO_H
-#define REDLOCK_NODE_IO_H
+#ifndef REDLOCK_NODES_H
+#define REDLOCK_NODES_H
 
+#include "guc.h"
 #include "quorum.h"
 #include "redlock.h"
 
@@ -17,6 +22,7 @@ typedef enum RlReplyKind
 {
 	RL_REPLY_COUNTER,			/* bulk decimal counter = yes, nil = no */
 	RL_REPLY_FLAG,				/* integer 1 = yes, 0 = no */
+	RL_REPLY_COUNT,				/* any integer >= 0 = yes */
 	RL_REPLY_STATUS				/* any non-error reply = yes (probes) */
 } RlReplyKind;
 
@@ -36,7 +42,7 @@ typedef struct RlNodeResult
 	int64_t		counter;		/* RL_REPLY_COUNTER: counter before grant */
 	char	   *reply_text;		/* RL_REPLY_STATUS: bulk reply, palloc'd */
 	int64_t		elapsed_us;		/* time to answer */
-	char		detail[160];	/* what happened, for errdetail */
+	char		detail[192];	/* what happened, for errdetail */
 } RlNodeResult;
 
 typedef struct RlRequest
@@ -48,10 +54,11 @@ typedef struct RlRequest
 	const char **argv;
 	const size_t *argvlen;
 	bool		skip[RL_MAX_NODES]; /* true: do not ask this node */
-	bool		replay;			/* a release: if a node cannot be reached
-								 * now, send it when it can */
-	bool		nothrow;		/* commit/abort/exit: never ereport, no
-								 * interrupts */
+	bool		must_deliver;	/* a node that cannot take it now gets it
+								 * when it can (kept until answered) */
+	bool		nothrow;		/* commit/abort/exit: never ereport(ERROR),
+								 * no interrupts, no wait event set */
+	int64_t		deadline_us;	/* 0, or stop waiting at this time */
 
 	/* output */
 	int			nnodes;
@@ -66,7 +73,8 @@ extern bool rl_nodes_config_changed(void);
 extern void rl_nodes_apply_config(void);
 extern void rl_nodes_run(RlRequest *req);
 extern void rl_nodes_send(RlRequest *req);
+extern void rl_nodes_drain(int64_t deadline_us);
 extern void rl_nodes_disconnect_all(void);
 extern int	rl_nodes_open_connections(void);
 
-#endif							/* REDLOCK_NODE_IO_H */
+#endif							/* REDLOCK_NODES_H */

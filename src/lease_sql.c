@@ -1,0 +1,490 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_sql.c
+ *	  The SQL-callable lease functions: lock, try-lock, unlock, extend and
+ *	  the redlock_leases view, with their argument checks and errors.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/pg_prng.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/tuplestore.h"
+
+#include "lifecycle.h"
+#include "registry.h"
+#include "stats.h"
+
+/* ---------- argument checks ---------- */
+
+static void
+resource_arg(FunctionCallInfo fcinfo, int argno, char *out)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("resource name must not be NULL")));
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("resource name must not be empty")));
+	if (len > RL_MAX_RESOURCE_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("resource name is too long"),
+				 errdetail("The name is %d bytes; the limit is %d bytes.",
+						   len, RL_MAX_RESOURCE_LEN)));
+	memcpy(out, VARDATA_ANY(t), len);
+	out[len] = '\0';
+}
+
+static int
+ttl_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int32		ttl;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ttl_ms must not be NULL")));
+	ttl = PG_GETARG_INT32(argno);
+	if (ttl < RL_MIN_TTL_MS || ttl > RL_MAX_TTL_MS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl_ms must be between %d and %d, not %d",
+						RL_MIN_TTL_MS, RL_MAX_TTL_MS, ttl)));
+	return ttl;
+}
+
+/* ---------- error reports ---------- */
+
+/* Append "node: outcome" lines for errdetail. */
+static void
+describe_nodes(StringInfo buf, const RlRequest *req)
+{
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		const RlNodeResult *res = &req->results[i];
+
+		appendStringInfo(buf, "\n%s: %s", rl_node_name(i),
+						 res->vote == RL_VOTE_PENDING ?
+						 "not waited for (outcome already decided)" : res->detail);
+	}
+}
+
+static bool
+any_protocol_error(const RlRequest *req)
+{
+	for (int i = 0; i < req->nnodes; i++)
+		if (req->results[i].protocol_error)
+			return true;
+	return false;
+}
+
+/* A majority could not answer an acquire (or an extend): raise. */
+static void
+report_unavailable(const char *resource, const RlRequest *req, bool extending)
+{
+	StringInfoData nodes;
+
+	initStringInfo(&nodes);
+	describe_nodes(&nodes, req);
+
+	if (any_protocol_error(req))
+	{
+		rl_stats_count(RL_STAT_REFUSED_ERROR);
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_PROTOCOL),
+				 extending ?
+				 errmsg("could not extend lease on \"%s\": Redis nodes answered with errors",
+						resource) :
+				 errmsg("could not acquire lease on \"%s\": Redis nodes answered with errors",
+						resource),
+				 errdetail_internal("%s", nodes.data + 1),
+				 errhint("Check the nodes' logs, redlock.username and redlock.password.")));
+	}
+	rl_stats_count(RL_STAT_REFUSED_NO_QUORUM);
+	ereport(ERROR,
+			(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
+			 extending ?
+			 errmsg("could not extend lease on \"%s\": fewer than a majority of Redis nodes could answer",
+					resource) :
+			 errmsg("could not acquire lease on \"%s\": fewer than a majority of Redis nodes could answer",
+					resource),
+			 errdetail_plural("%d of %d node failed; a majority is %d.%s",
+							  "%d of %d nodes failed; a majority is %d.%s",
+							  req->nnodes,
+							  req->tally.failed, req->nnodes,
+							  rl_majority(req->nnodes), nodes.data),
+			 errhint("Check that the nodes in redlock.nodes are running and reachable.")));
+}
+
+/* Wait before the next attempt, honouring lock_timeout and interrupts. */
+static void
+retry_sleep(const char *resource, int64_t started_us, const RlRequest *last)
+{
+	long		delay_ms = rl_retry_delay_ms;
+
+	if (rl_retry_jitter_ms > 0)
+		delay_ms += (long) pg_prng_uint64_range(&pg_global_prng_state, 0,
+												rl_retry_jitter_ms);
+	if (LockTimeout > 0)
+	{
+		int64_t		left_ms = LockTimeout - (rl_now_us() - started_us) / 1000;
+
+		if (left_ms <= 0)
+		{
+			StringInfoData detail;
+
+			initStringInfo(&detail);
+			appendStringInfoString(&detail, "Last attempt:");
+			describe_nodes(&detail, last);
+			rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
+			rl_stats_acquire_latency(rl_now_us() - started_us);
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("could not obtain lease on \"%s\" within lock_timeout (%d ms)",
+							resource, LockTimeout),
+					 errdetail_internal("%s", detail.data)));
+		}
+		delay_ms = Min(delay_ms, left_ms);
+	}
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 delay_ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/* ---------- acquire ---------- */
+
+static void
+add_hold(RlLease *lease, bool xact)
+{
+	if (xact && lease->xact_holds++ == 0)
+		lease->xact_subid = GetCurrentSubTransactionId();
+	else if (!xact)
+		lease->session_holds++;
+}
+
+/*
+ * Take (or re-enter) a lease.  Returns the token, or -1 when try_only and
+ * the resource is held elsewhere.
+ */
+static int64
+acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
+{
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+	char		key[RL_KEY_MAX + 1];
+	int			keylen;
+	int			ttl_ms;
+	RlLease    *lease;
+	RlGrant		grant;
+	int64_t		started_us;
+
+	resource_arg(fcinfo, 0, resource);
+	ttl_ms = ttl_arg(fcinfo, 1);
+	rl_nodes_ready();
+
+	lease = rl_registry_find(resource);
+	if (lease != NULL && lease->state == RL_LEASE_RELEASING)
+	{
+		/* its release belongs to the node layer: never held again */
+		rl_registry_forget(lease);
+		lease = NULL;
+	}
+	if (lease != NULL && lease->valid_until_us > rl_now_us())
+	{
+		add_hold(lease, xact);
+		return lease->token;
+	}
+
+	/*
+	 * Our own expired lease may still sit on some nodes: release it ahead
+	 * of the new attempt, on the same connections, so it is applied first.
+	 */
+	if (lease != NULL)
+	{
+		RlReleaseItem item = {lease->key, lease->keylen, lease->owner};
+		RlRequest	req;
+
+		rl_proto_release(&item, 1, false, false, 0, &req);
+	}
+
+	keylen = rl_lock_key(key, resource);
+	started_us = rl_now_us();
+	rl_stats_count(RL_STAT_ACQUIRES);
+	for (;;)
+	{
+		RlRequest	req;
+		RlAttempt	r = rl_proto_acquire(resource, key, keylen, ttl_ms,
+										 &grant, &req);
+
+		if (r == RL_ATTEMPT_GRANTED)
+			break;
+		if (r == RL_ATTEMPT_UNAVAILABLE)
+		{
+			rl_stats_acquire_latency(rl_now_us() - started_us);
+			report_unavailable(resource, &req, false);
+		}
+		if (try_only)
+		{
+			rl_stats_acquire_latency(rl_now_us() - started_us);
+			if (r == RL_ATTEMPT_EXPIRED)
+			{
+				rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
+				ereport(ERROR,
+						(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
+						 errmsg("lease on \"%s\" expired before it was granted", resource),
+						 errdetail("Acquiring took longer than the TTL of %d ms less the drift allowance.",
+								   ttl_ms),
+						 errhint("Use a longer TTL.")));
+			}
+			rl_stats_count(RL_STAT_REFUSED_HELD);
+			/* an expired lease we could not renew is gone, holds and all */
+			lease = rl_registry_find(resource);
+			if (lease != NULL)
+				rl_registry_forget(lease);
+			return -1;
+		}
+		retry_sleep(resource, started_us, &req);
+	}
+
+	rl_stats_count(RL_STAT_GRANTS);
+	rl_stats_acquire_latency(rl_now_us() - started_us);
+
+	/* an expired lease being renewed keeps its holds */
+	lease = rl_registry_find(resource);
+	if (lease == NULL)
+		lease = rl_registry_enter(resource);
+	lease->state = RL_LEASE_HELD;
+	memcpy(lease->key, key, keylen + 1);
+	lease->keylen = keylen;
+	memcpy(lease->owner, grant.owner, RL_OWNER_LEN + 1);
+	lease->token = grant.token;
+	lease->ttl_ms = ttl_ms;
+	lease->valid_until_us = grant.valid_until_us;
+	add_hold(lease, xact);
+	return lease->token;
+}
+
+/* ---------- SQL functions ---------- */
+
+PG_FUNCTION_INFO_V1(redlock_lock);
+PG_FUNCTION_INFO_V1(redlock_try_lock);
+PG_FUNCTION_INFO_V1(redlock_xact_lock);
+PG_FUNCTION_INFO_V1(redlock_try_xact_lock);
+PG_FUNCTION_INFO_V1(redlock_unlock);
+PG_FUNCTION_INFO_V1(redlock_unlock_all);
+PG_FUNCTION_INFO_V1(redlock_extend);
+PG_FUNCTION_INFO_V1(redlock_leases);
+
+Datum
+redlock_lock(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(acquire(fcinfo, false, false));
+}
+
+Datum
+redlock_xact_lock(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(acquire(fcinfo, true, false));
+}
+
+Datum
+redlock_try_lock(PG_FUNCTION_ARGS)
+{
+	int64		token = acquire(fcinfo, false, true);
+
+	if (token < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(token);
+}
+
+Datum
+redlock_try_xact_lock(PG_FUNCTION_ARGS)
+{
+	int64		token = acquire(fcinfo, true, true);
+
+	if (token < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(token);
+}
+
+Datum
+redlock_unlock(PG_FUNCTION_ARGS)
+{
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+	RlLease    *lease;
+	RlRequest	req;
+	int64_t		left_ms;
+
+	resource_arg(fcinfo, 0, resource);
+	rl_nodes_ready();
+
+	lease = rl_registry_held(resource);
+	if (lease == NULL || lease->session_holds == 0)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this session holds no session lease on \"%s\"", resource)));
+		PG_RETURN_BOOL(false);
+	}
+
+	if (--lease->session_holds > 0 || lease->xact_holds > 0)
+		PG_RETURN_BOOL(true);
+
+	left_ms = (lease->valid_until_us - rl_now_us()) / 1000;
+	if (left_ms <= 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_REDLOCK_LEASE_LOST),
+				 errmsg("lease on \"%s\" had expired before it was released", resource),
+				 errdetail("Its fencing token %lld may since have been superseded.",
+						   (long long) lease->token)));
+	if (!rl_registry_release_one(lease, false, &req) && left_ms > 0)
+	{
+		StringInfoData nodes;
+
+		initStringInfo(&nodes);
+		describe_nodes(&nodes, &req);
+		ereport(WARNING,
+				(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
+				 errmsg("release of lease on \"%s\" was not confirmed by a majority of Redis nodes",
+						resource),
+				 errdetail_internal("%s", nodes.data + 1),
+				 errhint("The lease stays held on nodes the release did not reach until its TTL runs out, at most %lld ms; the release is sent again when they can be reached.",
+						 (long long) left_ms)));
+	}
+	PG_RETURN_BOOL(true);
+}
+
+Datum
+redlock_unlock_all(PG_FUNCTION_ARGS)
+{
+	if (rl_registry_count() > 0)
+	{
+		rl_nodes_ready();
+		(void) rl_registry_release(RL_DROP_SESSION, InvalidSubTransactionId,
+								   false);
+	}
+	PG_RETURN_VOID();
+}
+
+/* The lease is lost: drop it, then raise RL003. */
+static void
+lease_lost(RlLease *lease, const char *resource, const char *why,
+		   const RlRequest *extend_req)
+{
+	StringInfoData detail;
+	RlRequest	req;
+	int64		token = lease->token;
+
+	initStringInfo(&detail);
+	appendStringInfo(&detail, "Its fencing token %lld may have been superseded.",
+					 (long long) token);
+	if (extend_req != NULL)
+		describe_nodes(&detail, extend_req);
+	rl_stats_count(RL_STAT_EXTEND_FAILURES);
+	ereport(LOG,
+			(errmsg("redlock: lease on \"%s\" was lost on extend: %s", resource, why)));
+	lease->session_holds = lease->xact_holds = 0;
+	(void) rl_registry_release_one(lease, false, &req);
+	ereport(ERROR,
+			(errcode(ERRCODE_REDLOCK_LEASE_LOST),
+			 errmsg("lease on \"%s\" was lost: %s", resource, why),
+			 errdetail_internal("%s", detail.data),
+			 errhint("Extend leases well before their TTL runs out.")));
+}
+
+Datum
+redlock_extend(PG_FUNCTION_ARGS)
+{
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+	int			ttl_ms;
+	RlLease    *lease;
+	RlRequest	req;
+	RlDecision	decision;
+	int64_t		start_us;
+	int64_t		validity_us;
+
+	resource_arg(fcinfo, 0, resource);
+	ttl_ms = ttl_arg(fcinfo, 1);
+	rl_nodes_ready();
+
+	lease = rl_registry_held(resource);
+	if (lease == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this session holds no lease on \"%s\"", resource)));
+
+	if (lease->valid_until_us <= rl_now_us())
+		lease_lost(lease, resource, "it expired before it was extended", NULL);
+
+	decision = rl_proto_extend(lease->key, lease->keylen, lease->owner, ttl_ms,
+							   &start_us, &req);
+	if (decision == RL_UNAVAILABLE)
+	{
+		rl_stats_count(RL_STAT_EXTEND_FAILURES);
+		report_unavailable(resource, &req, true);
+	}
+
+	validity_us = rl_validity_us(ttl_ms, rl_now_us() - start_us, rl_drift_factor);
+	if (decision != RL_WON)
+		lease_lost(lease, resource, "a majority of nodes no longer has it", &req);
+	if (validity_us <= 0)
+		lease_lost(lease, resource, "extending took longer than the new TTL", &req);
+
+	rl_stats_count(RL_STAT_EXTENDS);
+	lease->ttl_ms = ttl_ms;
+	lease->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
+		rl_drift_us(ttl_ms, rl_drift_factor);
+	PG_RETURN_INT32((int32) (validity_us / 1000));
+}
+
+Datum
+redlock_leases(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS status;
+	RlLease    *lease;
+	int64_t		now = rl_now_us();
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (lease = rl_registry_next(&status, true); lease != NULL;
+		 lease = rl_registry_next(&status, false))
+	{
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, false, false};
+		const char *scope;
+
+		if (lease->state != RL_LEASE_HELD)
+			continue;			/* being released: no longer held */
+		if (lease->session_holds > 0 && lease->xact_holds > 0)
+			scope = "session+transaction";
+		else if (lease->session_holds > 0)
+			scope = "session";
+		else
+			scope = "transaction";
+
+		values[0] = CStringGetTextDatum(lease->resource);
+		values[1] = Int64GetDatum(lease->token);
+		values[2] = CStringGetTextDatum(scope);
+		values[3] = Int32GetDatum(lease->session_holds + lease->xact_holds);
+		values[4] = Int32GetDatum((int32) Max((lease->valid_until_us - now) / 1000, 0));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

@@ -1,0 +1,354 @@
+/*-------------------------------------------------------------------------
+ *
+ * node_pipeline.c
+ *	  What travels on one node's connection: commands queued and written,
+ *	  replies read and matched to the round that asked, and must-deliver
+ *	  commands kept until their node has answered them.
+ *
+ * Replies are matched to requests by position: every command appended to a
+ * connection pushes a tag naming the round it belongs to, and each reply
+ * pops one.  A reply that arrives after its round ended is therefore
+ * recognised and dropped, never mistaken for the answer to a later command.
+ *
+ * A must-deliver command (a release: see protocol.c) keeps its bytes with
+ * its reply slot until the node answers it.  If the connection dies first,
+ * or the node cannot be reached at all, the command is kept and sent ahead
+ * of everything else on the next connection, so a node that was briefly
+ * away does not hold a lock until its TTL.  The oldest is dropped when too
+ * many pile up.  Kept commands live in malloc'd memory, like hiredis's own
+ * buffers: nothing here allocates with palloc on the no-throw paths.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+
+#include "node_internal.h"
+
+uint64_t	rl_round_id = 0;
+uint64_t	rl_dispatch_tag = 0;
+
+bool
+pipeline_owe(RlNode *node, uint64_t tag)
+{
+	int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+
+	if (node->owed_count >= RL_MAX_OWED)
+		return false;
+	if (node->owed_count == 0)
+		node->last_progress_us = rl_now_us();
+	node->owed[slot] = tag;
+	node->owed_cmd[slot] = NULL;
+	node->owed_cmd_len[slot] = 0;
+	node->owed_count++;
+	return true;
+}
+
+/* Keep a formatted command (taking ownership) for the next connection. */
+static void
+keep_formatted(RlNode *node, char *cmd, int len)
+{
+	for (int i = 0; i < node->nkept; i++)
+	{
+		if (node->kept_len[i] == len &&
+			memcmp(node->kept_cmd[i], cmd, len) == 0)
+		{
+			redisFreeCommand(cmd);	/* already kept */
+			return;
+		}
+	}
+	if (node->nkept == RL_MAX_KEPT)
+	{
+		redisFreeCommand(node->kept_cmd[0]);
+		memmove(&node->kept_cmd[0], &node->kept_cmd[1],
+				sizeof(char *) * (RL_MAX_KEPT - 1));
+		memmove(&node->kept_len[0], &node->kept_len[1],
+				sizeof(int) * (RL_MAX_KEPT - 1));
+		node->nkept--;
+	}
+	node->kept_cmd[node->nkept] = cmd;
+	node->kept_len[node->nkept] = len;
+	node->nkept++;
+}
+
+/* The node cannot take this must-deliver request now: keep it. */
+void
+pipeline_keep(RlNode *node, const RlRequest *req)
+{
+	char	   *cmd;
+	int			len;
+
+	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
+	if (len > 0)
+		keep_formatted(node, cmd, len);
+}
+
+/* The connection is gone: keep the must-deliver commands it owed replies to. */
+void
+pipeline_requeue_owed(RlNode *node)
+{
+	for (int i = 0; i < node->owed_count; i++)
+	{
+		int			slot = (node->owed_head + i) % RL_MAX_OWED;
+
+		if (node->owed_cmd[slot] != NULL)
+			keep_formatted(node, node->owed_cmd[slot], node->owed_cmd_len[slot]);
+		node->owed_cmd[slot] = NULL;
+	}
+	node->owed_head = 0;
+	node->owed_count = 0;
+}
+
+/* Queue the kept commands on a new connection, ahead of anything else. */
+void
+pipeline_send_kept(RlNode *node)
+{
+	int			n = node->nkept;
+
+	node->nkept = 0;
+	for (int i = 0; i < n; i++)
+	{
+		char	   *cmd = node->kept_cmd[i];
+		int			len = node->kept_len[i];
+		int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+
+		if (node->ctx != NULL &&
+			redisAppendFormattedCommand(node->ctx, cmd, len) == REDIS_OK &&
+			pipeline_owe(node, RL_TAG_DISCARD))
+		{
+			/* still must be delivered: kept with its slot until answered */
+			node->owed_cmd[slot] = cmd;
+			node->owed_cmd_len[slot] = len;
+		}
+		else
+			keep_formatted(node, cmd, len);
+	}
+}
+
+/* Forget the kept commands (the node list changed). */
+void
+pipeline_forget_kept(RlNode *node)
+{
+	for (int i = 0; i < node->nkept; i++)
+		redisFreeCommand(node->kept_cmd[i]);
+	node->nkept = 0;
+}
+
+/* Append the request to the node's connection, owing a reply tagged tag. */
+bool
+pipeline_queue(RlNode *node, const RlRequest *req, uint64_t tag)
+{
+	char	   *cmd;
+	int			len;
+	int			slot;
+
+	if (!req->must_deliver)
+		return redisAppendCommandArgv(node->ctx, req->argc, req->argv,
+									  req->argvlen) == REDIS_OK &&
+			pipeline_owe(node, tag);
+
+	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
+	if (len <= 0)
+		return false;
+	slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+	if (redisAppendFormattedCommand(node->ctx, cmd, len) != REDIS_OK ||
+		!pipeline_owe(node, tag))
+	{
+		redisFreeCommand(cmd);
+		return false;
+	}
+	node->owed_cmd[slot] = cmd;
+	node->owed_cmd_len[slot] = len;
+	return true;
+}
+
+/* Interpret a reply to the current round's command. */
+static void
+take_reply(RlRequest *req, int idx, redisReply *reply)
+{
+	RlNodeResult *res = &req->results[idx];
+
+	res->elapsed_us = rl_now_us() - rl_nodes[idx].asked_at_us;
+
+	if (reply->type == REDIS_REPLY_ERROR)
+	{
+		res->vote = RL_VOTE_FAILED;
+		res->protocol_error = true;
+		snprintf(res->detail, sizeof(res->detail), "Redis error: %.*s",
+				 (int) Min(reply->len, 120), reply->str);
+		return;
+	}
+
+	switch (req->reply_kind)
+	{
+		case RL_REPLY_COUNTER:
+			if (reply->type == REDIS_REPLY_NIL)
+			{
+				res->vote = RL_VOTE_NO;
+				strlcpy(res->detail, "held by another owner", sizeof(res->detail));
+			}
+			else if (reply->type == REDIS_REPLY_STRING &&
+					 rl_parse_counter(reply->str, reply->len, &res->counter))
+			{
+				res->vote = RL_VOTE_YES;
+				strlcpy(res->detail, "granted", sizeof(res->detail));
+			}
+			else
+			{
+				res->vote = RL_VOTE_FAILED;
+				res->protocol_error = true;
+				snprintf(res->detail, sizeof(res->detail),
+						 "unexpected reply (type %d) to the acquire script",
+						 reply->type);
+			}
+			break;
+
+		case RL_REPLY_FLAG:
+		case RL_REPLY_COUNT:
+			if (reply->type == REDIS_REPLY_INTEGER &&
+				(reply->integer == 0 || reply->integer == 1 ||
+				 (req->reply_kind == RL_REPLY_COUNT && reply->integer > 1)))
+			{
+				res->vote = (reply->integer || req->reply_kind == RL_REPLY_COUNT) ?
+					RL_VOTE_YES : RL_VOTE_NO;
+				strlcpy(res->detail, res->vote == RL_VOTE_YES ? "done" : "not the owner",
+						sizeof(res->detail));
+			}
+			else
+			{
+				res->vote = RL_VOTE_FAILED;
+				res->protocol_error = true;
+				snprintf(res->detail, sizeof(res->detail),
+						 "unexpected reply (type %d)", reply->type);
+			}
+			break;
+
+		case RL_REPLY_STATUS:
+			res->vote = RL_VOTE_YES;
+			strlcpy(res->detail, "answered", sizeof(res->detail));
+			if (req->nothrow)
+				break;
+			if (reply->type == REDIS_REPLY_STRING ||
+				reply->type == REDIS_REPLY_STATUS)
+				res->reply_text = pnstrdup(reply->str, reply->len);
+			else if (reply->type == REDIS_REPLY_ARRAY)
+			{
+				/* e.g. CONFIG GET: string elements, one per line */
+				StringInfoData buf;
+
+				initStringInfo(&buf);
+				for (size_t e = 0; e < reply->elements; e++)
+				{
+					redisReply *el = reply->element[e];
+
+					if (el->type == REDIS_REPLY_STRING ||
+						el->type == REDIS_REPLY_STATUS)
+						appendBinaryStringInfo(&buf, el->str, el->len);
+					appendStringInfoChar(&buf, '\n');
+				}
+				res->reply_text = buf.data;
+			}
+			break;
+	}
+}
+
+/* Mark the node's answer to this round as a protocol error. */
+static void
+mark_protocol_error(RlRequest *req, int idx)
+{
+	if (req != NULL && !req->skip[idx])
+		req->results[idx].protocol_error = true;
+}
+
+/* Read what the node sent and hand each reply to its owner. */
+void
+pipeline_read(RlNode *node, RlRequest *req)
+{
+	int			idx = node - rl_nodes;
+
+	if (redisBufferRead(node->ctx) != REDIS_OK)
+	{
+		char		what[160];
+
+		snprintf(what, sizeof(what), "connection lost: %s",
+				 node->ctx->errstr[0] ? node->ctx->errstr : "closed by the server");
+		node_lost(node, req, what);
+		return;
+	}
+
+	for (;;)
+	{
+		void	   *r = NULL;
+		redisReply *reply;
+		uint64_t	tag;
+
+		if (redisReaderGetReply(node->ctx->reader, &r) != REDIS_OK)
+		{
+			const char *refused = node_reply_refusal();
+
+			node_fail(node, req, "protocol error: %s",
+					  refused ? refused : node->ctx->reader->errstr);
+			mark_protocol_error(req, idx);
+			return;
+		}
+		if (r == NULL)
+			return;
+		reply = (redisReply *) r;
+
+		if (node->owed_count == 0)
+		{
+			freeReplyObject(reply);
+			node_fail(node, req, "protocol error: unsolicited reply");
+			mark_protocol_error(req, idx);
+			return;
+		}
+		tag = node->owed[node->owed_head];
+		if (node->owed_cmd[node->owed_head] != NULL)
+		{
+			redisFreeCommand(node->owed_cmd[node->owed_head]);
+			node->owed_cmd[node->owed_head] = NULL;
+		}
+		node->owed_head = (node->owed_head + 1) % RL_MAX_OWED;
+		node->owed_count--;
+		node->last_progress_us = rl_now_us();
+
+		if (tag == RL_TAG_AUTH)
+		{
+			if (reply->type == REDIS_REPLY_ERROR)
+			{
+				char		msg[128];
+
+				snprintf(msg, sizeof(msg), "%.*s", (int) Min(reply->len, 100),
+						 reply->str);
+				freeReplyObject(reply);
+				node_fail(node, req, "authentication failed: %s", msg);
+				mark_protocol_error(req, idx);
+				return;
+			}
+		}
+		else if (req != NULL && tag == rl_round_id && !req->skip[idx] &&
+				 req->results[idx].vote == RL_VOTE_PENDING)
+			take_reply(req, idx, reply);
+
+		node_answering(node);
+		freeReplyObject(reply);
+	}
+}
+
+/* Write what hiredis holds for the node, as far as the socket takes it. */
+void
+pipeline_write(RlNode *node, RlRequest *req)
+{
+	int			done = 0;
+
+	if (redisBufferWrite(node->ctx, &done) != REDIS_OK)
+	{
+		char		what[160];
+
+		snprintf(what, sizeof(what), "could not send: %s", node->ctx->errstr);
+		node_lost(node, req, what);
+		return;
+	}
+	node->want_write = !done;
+}

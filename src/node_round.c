@@ -1,0 +1,556 @@
+/*-------------------------------------------------------------------------
+ *
+ * node_round.c
+ *	  One request sent to every node at once, and the replies awaited in a
+ *	  single wait loop until the round's outcome is known.
+ *
+ * A round appends one command to every node's connection, flushes them all,
+ * and waits.  The round ends as soon as its goal is met; nodes that have
+ * not answered are not waited for.  A node has node_timeout to answer (a
+ * connect in progress, connect_timeout); a request may also carry a
+ * deadline for the whole round.
+ *
+ * Ordinary rounds wait in a WaitEventSet that also wakes on the latch
+ * (query cancel, statement_timeout) and on postmaster death.  No-throw
+ * rounds (commit, abort, exit) must not raise at all, and building a wait
+ * event set can (epoll or memory failures), so they wait with poll(2) on
+ * the sockets alone: interrupts are held there anyway, and their deadline
+ * bounds them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <poll.h>
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+
+#include "node_internal.h"
+
+/* One socket that is ready, whichever way we waited. */
+typedef struct RlReady
+{
+	RlNode	   *node;
+	bool		readable;
+	bool		writable;
+} RlReady;
+
+static WaitEventSet *rl_wes = NULL;
+bool		rl_wes_stale = true;
+
+/*
+ * How long a connection may owe replies without producing one before it is
+ * dropped.  Rounds stop waiting for a silent node after node_timeout; the
+ * connection itself is kept much longer, because a node that is merely slow
+ * (overloaded) still applies the releases we pipeline behind its backlog,
+ * while a dropped connection would lose them and leave locks to their TTL.
+ * A stalled node is dropped sooner anyway when its reply ring fills up.
+ */
+static int64_t
+silence_limit_us(void)
+{
+	return Max((int64_t) rl_node_timeout_ms * 10, 1000) * 1000;
+}
+
+/*
+ * Before a round: take replies that arrived since the last one, and drop
+ * connections that have owed replies in silence for too long.
+ */
+static void
+nodes_housekeeping(void)
+{
+	int64_t		now = rl_now_us();
+
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		if (node->state == RL_CONN_READY && node->owed_count > 0)
+			pipeline_read(node, NULL);
+		if (node->state == RL_CONN_READY && node->owed_count > 0 &&
+			now - node->last_progress_us > silence_limit_us())
+			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
+					  (int) ((now - node->last_progress_us) / 1000));
+		else if (node->state == RL_CONN_CONNECTING &&
+				 now > node->connect_deadline_us)
+			node_fail(node, NULL, "connect timed out after %d ms",
+					  rl_connect_timeout_ms);
+	}
+}
+
+/*
+ * Queue the request on one node and start sending.  A node in backoff is
+ * not asked unless honour_backoff is false.
+ */
+static void
+node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
+{
+	RlNodeResult *res = &req->results[node - rl_nodes];
+	int64_t		now = rl_now_us();
+
+	memset(res, 0, sizeof(*res));
+	res->vote = RL_VOTE_PENDING;
+	node->was_idle = (node->state == RL_CONN_READY && node->owed_count == 0);
+
+	if (node->state == RL_CONN_NONE)
+	{
+		if (now < node->retry_at_us && honour_backoff)
+		{
+			res->vote = RL_VOTE_FAILED;
+			res->in_backoff = true;
+			snprintf(res->detail, sizeof(res->detail),
+					 "not asked: it failed %d ms ago (%s), next attempt in %d ms",
+					 (int) ((now - node->failed_at_us) / 1000), node->last_error,
+					 (int) ((node->retry_at_us - now + 999) / 1000));
+			if (req->must_deliver)
+				pipeline_keep(node, req);
+			return;
+		}
+		node_connect(node, req);
+		if (node->state == RL_CONN_NONE)
+			return;				/* node_fail kept a must-deliver request */
+	}
+
+	if (!pipeline_queue(node, req, tag))
+	{
+		node_fail(node, req, "too many requests queued on a stalled connection");
+		return;
+	}
+	node->asked_at_us = now;
+	node->want_write = true;
+	if (node->state == RL_CONN_READY)
+		pipeline_write(node, req);
+}
+
+/* Queue the request on every participating node. */
+static void
+nodes_dispatch(RlRequest *req, uint64_t tag)
+{
+	req->nnodes = rl_nnodes;
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		if (req->skip[i])
+		{
+			memset(&req->results[i], 0, sizeof(RlNodeResult));
+			req->results[i].vote = RL_VOTE_FAILED;
+			strlcpy(req->results[i].detail, "not asked", sizeof(req->results[i].detail));
+			continue;
+		}
+		node_dispatch(&rl_nodes[i], req, tag, true);
+	}
+}
+
+/*
+ * Backoff spares a connect attempt per call to a node that is down, but it
+ * must never be what decides a round: a node that came back would sit out
+ * its backoff while calls fail.  When a round could not reach a majority
+ * and some nodes were skipped for backoff, ask them now.
+ */
+static bool
+nodes_dispatch_backed_off(RlRequest *req, uint64_t tag)
+{
+	bool		any = false;
+
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		if (!req->skip[i] && req->results[i].in_backoff)
+		{
+			node_dispatch(&rl_nodes[i], req, tag, false);
+			any = true;
+		}
+	}
+	return any;
+}
+
+static bool
+round_finished(RlRequest *req)
+{
+	RlVote		votes[RL_MAX_NODES];
+
+	for (int i = 0; i < req->nnodes; i++)
+		votes[i] = req->results[i].vote;
+	req->tally = rl_tally(votes, req->nnodes);
+	req->decision = rl_decide(req->nnodes, req->tally);
+
+	switch (req->goal)
+	{
+		case RL_GOAL_QUORUM:
+			return req->decision != RL_UNDECIDED;
+		case RL_GOAL_ANSWERS:
+			return req->tally.yes + req->tally.no >= rl_majority(req->nnodes) ||
+				req->tally.yes + req->tally.no + req->tally.pending <
+				rl_majority(req->nnodes);
+		case RL_GOAL_ALL:
+			return req->tally.pending == 0;
+	}
+	return true;
+}
+
+/* Make the wait event set match the open sockets. */
+static void
+wes_rebuild(void)
+{
+	if (rl_wes != NULL)
+		FreeWaitEventSet(rl_wes);
+	rl_wes = NULL;
+
+#if PG_VERSION_NUM >= 170000
+	rl_wes = CreateWaitEventSet(NULL, RL_MAX_NODES + 2);
+#else
+	rl_wes = CreateWaitEventSet(TopMemoryContext, RL_MAX_NODES + 2);
+#endif
+	AddWaitEventToSet(rl_wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	if (IsUnderPostmaster)
+		AddWaitEventToSet(rl_wes, WL_POSTMASTER_DEATH, PGINVALID_SOCKET,
+						  NULL, NULL);
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		node->wes_pos = -1;
+		if (node->ctx == NULL)
+			continue;
+		node->wes_events = WL_SOCKET_WRITEABLE;
+		node->wes_pos = AddWaitEventToSet(rl_wes, node->wes_events,
+										  node->ctx->fd, NULL, node);
+	}
+	rl_wes_stale = false;
+}
+
+/* The socket events a node waits for now (as poll(2) events). */
+static short
+node_poll_events(const RlNode *node)
+{
+	if (node->state == RL_CONN_CONNECTING)
+		return POLLOUT;
+	return POLLIN | (node->want_write ? POLLOUT : 0);
+}
+
+/* Wait in the wait event set: wakes on cancel and postmaster death too. */
+static int
+wait_in_event_set(long timeout_ms, RlReady *ready)
+{
+	WaitEvent	events[RL_MAX_NODES + 2];
+	int			nevents;
+	int			n = 0;
+
+	if (rl_wes_stale || rl_wes == NULL)
+		wes_rebuild();
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+		short		want = node_poll_events(node);
+		uint32		events_now;
+
+		if (node->wes_pos < 0)
+			continue;
+		events_now = ((want & POLLIN) ? WL_SOCKET_READABLE : 0) |
+			((want & POLLOUT) ? WL_SOCKET_WRITEABLE : 0);
+		if (events_now != node->wes_events)
+		{
+			ModifyWaitEvent(rl_wes, node->wes_pos, events_now, NULL);
+			node->wes_events = events_now;
+		}
+	}
+
+	nevents = WaitEventSetWait(rl_wes, timeout_ms, events, lengthof(events),
+							   PG_WAIT_EXTENSION);
+	for (int e = 0; e < nevents; e++)
+	{
+		WaitEvent  *ev = &events[e];
+		RlNode	   *node = (RlNode *) ev->user_data;
+
+		if (ev->events & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		if (ev->events & WL_POSTMASTER_DEATH)
+			ereport(FATAL,
+					(errcode(ERRCODE_ADMIN_SHUTDOWN),
+					 errmsg("terminating connection due to unexpected postmaster exit")));
+		if (node == NULL || node->wes_pos != ev->pos)
+			continue;
+		ready[n].node = node;
+		ready[n].readable = (ev->events & WL_SOCKET_READABLE) != 0;
+		ready[n].writable = (ev->events & WL_SOCKET_WRITEABLE) != 0;
+		n++;
+	}
+	return n;
+}
+
+/* Wait with poll(2): raises nothing, allocates nothing. */
+static int
+wait_in_poll(long timeout_ms, RlReady *ready)
+{
+	struct pollfd pfds[RL_MAX_NODES];
+	RlNode	   *who[RL_MAX_NODES];
+	int			npfds = 0;
+	int			n = 0;
+
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		if (node->ctx == NULL)
+			continue;
+		pfds[npfds].fd = node->ctx->fd;
+		pfds[npfds].events = node_poll_events(node);
+		pfds[npfds].revents = 0;
+		who[npfds++] = node;
+	}
+	if (poll(pfds, npfds, (int) timeout_ms) <= 0)
+		return 0;				/* timeout, EINTR or error: the caller's
+								 * deadlines decide what happens next */
+	for (int i = 0; i < npfds; i++)
+	{
+		short		r = pfds[i].revents;
+
+		if (r == 0)
+			continue;
+		ready[n].node = who[i];
+		ready[n].readable = (r & (POLLIN | POLLHUP | POLLERR)) != 0;
+		ready[n].writable = (r & (POLLOUT | POLLERR | POLLHUP)) != 0;
+		n++;
+	}
+	return n;
+}
+
+/* When node i's pending answer in this round is due. */
+static int64_t
+node_deadline(RlNode *node)
+{
+	int64_t		since;
+
+	if (node->state == RL_CONN_CONNECTING)
+		return node->connect_deadline_us;
+	since = Min(node->last_progress_us, node->asked_at_us);
+	return since + (int64_t) rl_node_timeout_ms * 1000;
+}
+
+/* A pending node ran out of time: say truthfully how. */
+static void
+node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
+{
+	RlNodeResult *res = &req->results[node - rl_nodes];
+
+	if (node->state == RL_CONN_CONNECTING && !round_deadline)
+	{
+		node_fail(node, req, "connect timed out after %d ms",
+				  rl_connect_timeout_ms);
+		return;
+	}
+	res->vote = RL_VOTE_FAILED;
+	if (round_deadline)
+		snprintf(res->detail, sizeof(res->detail),
+				 "no answer within the %d ms this release could wait",
+				 (int) ((now - node->asked_at_us) / 1000));
+	else if (node->last_progress_us < node->asked_at_us)
+		snprintf(res->detail, sizeof(res->detail),
+				 "no reply for %d ms; it still owed %d earlier replies when asked",
+				 (int) ((now - node->last_progress_us) / 1000),
+				 node->owed_count - 1);
+	else
+		snprintf(res->detail, sizeof(res->detail), "timed out after %d ms",
+				 rl_node_timeout_ms);
+}
+
+static void
+round_wait(RlRequest *req)
+{
+	RlReady		ready[RL_MAX_NODES];
+	bool		polled = false;
+
+	for (;;)
+	{
+		int64_t		now;
+		int64_t		next_deadline = INT64_MAX;
+		bool		overdue = false;
+		bool		round_over = false;
+		long		timeout_ms;
+		int			nready;
+
+		if (round_finished(req))
+			return;
+
+		now = rl_now_us();
+		if (req->deadline_us != 0)
+		{
+			round_over = now >= req->deadline_us;
+			next_deadline = req->deadline_us;
+		}
+		for (int i = 0; i < req->nnodes; i++)
+		{
+			int64_t		deadline;
+
+			if (req->results[i].vote != RL_VOTE_PENDING)
+				continue;
+			deadline = node_deadline(&rl_nodes[i]);
+			if (now >= deadline || round_over)
+				overdue = true;
+			else
+				next_deadline = Min(next_deadline, deadline);
+		}
+
+		/*
+		 * A node is late only if its answer is not already waiting in the
+		 * socket: a backend kept off the CPU past a deadline must not fail
+		 * nodes that did answer.  So look once without waiting, then judge.
+		 */
+		if (overdue && polled)
+		{
+			for (int i = 0; i < req->nnodes; i++)
+			{
+				RlNode	   *node = &rl_nodes[i];
+
+				if (req->results[i].vote == RL_VOTE_PENDING &&
+					(round_over || now >= node_deadline(node)))
+					node_overdue(node, req, now, round_over);
+			}
+			polled = false;
+			continue;
+		}
+		polled = overdue;
+
+		timeout_ms = overdue ? 0 : (long) ((next_deadline - now + 999) / 1000);
+		if (req->nothrow)
+			nready = wait_in_poll(timeout_ms, ready);
+		else
+			nready = wait_in_event_set(timeout_ms, ready);
+
+		for (int e = 0; e < nready; e++)
+		{
+			RlNode	   *node = ready[e].node;
+
+			if (node->ctx == NULL)
+				continue;		/* its socket was closed in this batch */
+			if (node->state == RL_CONN_CONNECTING)
+			{
+				node_connect_done(node, req);
+				continue;
+			}
+			if (ready[e].writable && node->want_write)
+				pipeline_write(node, req);
+			if (node->ctx != NULL && ready[e].readable)
+				pipeline_read(node, req);
+		}
+	}
+}
+
+/*
+ * After a round: push out what is still queued without waiting.  A node
+ * whose connect was still in progress when the round was decided holds the
+ * request (and any kept commands) in its output buffer; finishing the
+ * connect now sends them at once instead of at this backend's next call.
+ */
+static void
+nodes_flush(void)
+{
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		if (node->state == RL_CONN_CONNECTING)
+		{
+			struct pollfd pfd;
+
+			pfd.fd = node->ctx->fd;
+			pfd.events = POLLOUT;
+			pfd.revents = 0;
+			if (poll(&pfd, 1, 0) == 1)
+				node_connect_done(node, NULL);
+		}
+		else if (node->state == RL_CONN_READY && node->want_write)
+			pipeline_write(node, NULL);
+	}
+}
+
+/*
+ * Send the request to every node and wait until the round's goal is met.
+ * Nodes that did not answer in time are left PENDING or FAILED in
+ * req->results; their replies, should they come later, are discarded.
+ *
+ * A no-throw round makes at most one connect attempt per node and does not
+ * retry nodes in backoff: its time is bounded by one connect_timeout plus
+ * one node_timeout, and by its deadline if it has one.
+ */
+void
+rl_nodes_run(RlRequest *req)
+{
+	nodes_housekeeping();
+	rl_round_id++;
+	rl_dispatch_tag = rl_round_id;
+	nodes_dispatch(req, rl_round_id);
+	round_wait(req);
+	if (req->decision == RL_UNAVAILABLE && !req->nothrow &&
+		nodes_dispatch_backed_off(req, rl_round_id))
+		round_wait(req);
+	nodes_flush();
+}
+
+/*
+ * Before the connections are closed (backend exit): let every node take
+ * what we still owe it and answer what it owes us, until the deadline.
+ * Closing a socket with replies unread sends a reset, which can make the
+ * node drop commands it has received but not yet run.  Raises nothing.
+ */
+void
+rl_nodes_drain(int64_t deadline_us)
+{
+	RlReady		ready[RL_MAX_NODES];
+
+	for (;;)
+	{
+		bool		busy = false;
+		int64_t		now = rl_now_us();
+		int			nready;
+
+		for (int i = 0; i < rl_nnodes; i++)
+		{
+			RlNode	   *node = &rl_nodes[i];
+
+			if (node->state == RL_CONN_CONNECTING ||
+				(node->state == RL_CONN_READY &&
+				 (node->owed_count > 0 || node->want_write)))
+				busy = true;
+		}
+		if (!busy || now >= deadline_us)
+			return;
+
+		nready = wait_in_poll((long) ((deadline_us - now + 999) / 1000), ready);
+		for (int e = 0; e < nready; e++)
+		{
+			RlNode	   *node = ready[e].node;
+
+			if (node->ctx == NULL)
+				continue;
+			if (node->state == RL_CONN_CONNECTING)
+			{
+				node_connect_done(node, NULL);
+				continue;
+			}
+			if (ready[e].writable && node->want_write)
+				pipeline_write(node, NULL);
+			if (node->ctx != NULL && ready[e].readable)
+				pipeline_read(node, NULL);
+		}
+	}
+}
+
+/*
+ * Send the request without waiting for replies (releases pipelined ahead of
+ * a request that will be waited for).  Output that does not fit in the
+ * socket now goes out with the next round.
+ */
+void
+rl_nodes_send(RlRequest *req)
+{
+	nodes_housekeeping();
+	rl_dispatch_tag = RL_TAG_DISCARD;
+	nodes_dispatch(req, RL_TAG_DISCARD);
+	nodes_flush();
+}

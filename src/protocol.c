@@ -1,0 +1,370 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol.c
+ *	  The Redlock protocol: the Lua scripts and the rounds that run them.
+ *
+ * A lease is taken with the Redlock algorithm: one random owner value is
+ * set with NX and a TTL on every node at once, and the lease is granted when
+ * a majority accepted it with validity left after subtracting the time the
+ * round took and the clock drift allowance.  The same round returns each
+ * granting node's fencing counter, from which the token is chosen
+ * (quorum.c); in the uncommon case that our proposal was not above every
+ * counter, a second round writes the chosen token back to a majority.
+ *
+ * Releases are owner-checked and must-deliver: a node that cannot take one
+ * now gets it when it can.  One release command carries up to
+ * RL_RELEASE_CHUNK leases, so a commit that ends hundreds of leases is one
+ * round trip.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/time.h>
+
+#include "utils/builtins.h"
+
+#include "protocol.h"
+#include "stats.h"
+
+#define RL_COUNTER_KEY_SUFFIX "token-counter:"
+#define RL_COUNTER_STRIPES	64	/* fixed: never grows with resources */
+
+/*
+ * The scripts.  Counters are compared as decimal strings (longer is larger,
+ * equal lengths compare bytewise) so that Lua's doubles never round them.
+ * Every key and value is an argument; nothing is spliced into the text.
+ */
+static const char ACQUIRE_SCRIPT[] =
+"local c = redis.call('GET', KEYS[2]) or '0'\n"
+"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+"  return false\n"
+"end\n"
+"local p = ARGV[3]\n"
+"if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
+"return c\n";
+
+static const char WRITEBACK_SCRIPT[] =
+"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
+"local c = redis.call('GET', KEYS[2]) or '0'\n"
+"local t = ARGV[2]\n"
+"if #t > #c or (#t == #c and t > c) then redis.call('SET', KEYS[2], t) end\n"
+"return 1\n";
+
+/* KEYS[i] is released when it still holds ARGV[i]; returns how many were */
+static const char RELEASE_SCRIPT[] =
+"local n = 0\n"
+"for i = 1, #KEYS do\n"
+"  if redis.call('GET', KEYS[i]) == ARGV[i] then\n"
+"    n = n + redis.call('DEL', KEYS[i])\n"
+"  end\n"
+"end\n"
+"return n\n";
+
+static const char EXTEND_SCRIPT[] =
+"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+"end\n"
+"return 0\n";
+
+static int64 rl_last_token = 0;
+
+/*
+ * The acquiring state of a lease: an attempt whose outcome is not settled.
+ * If an error interrupts it, the abort path releases what it may have set.
+ */
+static struct
+{
+	bool		active;
+	char		key[RL_KEY_MAX + 1];
+	int			keylen;
+	char		owner[RL_OWNER_LEN + 1];
+} rl_in_flight;
+
+static int64
+wall_clock_us(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (int64) tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+static void
+new_owner(char *owner)
+{
+	uint8		bytes[RL_OWNER_LEN / 2];
+
+	if (!pg_strong_random(bytes, sizeof(bytes)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random lease owner")));
+	hex_encode((const char *) bytes, sizeof(bytes), owner);
+	owner[RL_OWNER_LEN] = '\0';
+}
+
+/* The Redis key of a resource's lock. */
+int
+rl_lock_key(char *buf, const char *resource)
+{
+	return snprintf(buf, RL_KEY_MAX + 1, "%slock:%s", rl_key_prefix, resource);
+}
+
+/*
+ * The fencing counter of a resource: one of a fixed set of counters per
+ * node, chosen by a stable hash of the name (FNV-1a, the same on every
+ * server), so that a resource always uses the same counter while grants of
+ * unrelated resources seldom race on one.  Tokens are monotonic per
+ * resource; storage stays fixed however many resources are ever locked.
+ */
+static int
+counter_key(char *buf, const char *resource)
+{
+	uint32		hash = 2166136261u;
+
+	for (const unsigned char *c = (const unsigned char *) resource; *c; c++)
+	{
+		hash ^= *c;
+		hash *= 16777619u;
+	}
+	return snprintf(buf, RL_KEY_MAX + 1, "%s%s%u", rl_key_prefix,
+					RL_COUNTER_KEY_SUFFIX, hash % RL_COUNTER_STRIPES);
+}
+
+static void
+request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
+			 int argc, const char **argv, const size_t *argvlen)
+{
+	memset(req, 0, sizeof(*req));
+	req->reply_kind = kind;
+	req->goal = goal;
+	req->argc = argc;
+	req->argv = argv;
+	req->argvlen = argvlen;
+}
+
+/*
+ * When a no-throw bulk release must stop waiting: one connect attempt and
+ * one answer per node, whatever the number of leases.
+ */
+int64_t
+rl_proto_release_deadline(void)
+{
+	return rl_now_us() +
+		((int64_t) rl_connect_timeout_ms + rl_node_timeout_ms) * 1000;
+}
+
+/*
+ * Release up to RL_RELEASE_CHUNK leases with one command per node.  With
+ * wait, returns when a majority answered (or cannot); replies come back in
+ * order on each connection, so that also confirms every release sent before
+ * it.  The command is must-deliver either way.
+ */
+void
+rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
+				 bool nothrow, int64_t deadline_us, RlRequest *req)
+{
+	const char *argv[3 + 2 * RL_RELEASE_CHUNK];
+	size_t		argvlen[3 + 2 * RL_RELEASE_CHUNK];
+	char		numkeys[16];
+
+	Assert(nitems > 0 && nitems <= RL_RELEASE_CHUNK);
+	argv[0] = "EVAL";
+	argvlen[0] = 4;
+	argv[1] = RELEASE_SCRIPT;
+	argvlen[1] = sizeof(RELEASE_SCRIPT) - 1;
+	argv[2] = numkeys;
+	argvlen[2] = snprintf(numkeys, sizeof(numkeys), "%d", nitems);
+	for (int i = 0; i < nitems; i++)
+	{
+		argv[3 + i] = items[i].key;
+		argvlen[3 + i] = items[i].keylen;
+		argv[3 + nitems + i] = items[i].owner;
+		argvlen[3 + nitems + i] = RL_OWNER_LEN;
+	}
+
+	request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 3 + 2 * nitems,
+				 argv, argvlen);
+	req->nothrow = nothrow;
+	req->must_deliver = true;
+	req->deadline_us = deadline_us;
+	if (wait)
+		rl_nodes_run(req);
+	else
+		rl_nodes_send(req);
+	req->argv = NULL;			/* argv was on our stack */
+	req->argvlen = NULL;
+}
+
+/* Release one lease without waiting (after a failed attempt). */
+static void
+release_nowait(const char *key, int keylen, const char *owner, bool nothrow)
+{
+	RlReleaseItem item = {key, keylen, owner};
+	RlRequest	req;
+
+	rl_proto_release(&item, 1, false, nothrow, 0, &req);
+}
+
+/*
+ * One Redlock attempt on key.  On success fills grant.  On failure
+ * everything this attempt may have set is released, and req_out describes
+ * what each node said.
+ */
+RlAttempt
+rl_proto_acquire(const char *resource, const char *key, int keylen,
+				 int ttl_ms, RlGrant *grant, RlRequest *req_out)
+{
+	RlRequest	req;
+	const char *argv[8];
+	size_t		argvlen[8];
+	char		ckey[RL_KEY_MAX + 1];
+	char		ttl_buf[16];
+	char		proposal_buf[24];
+	int64		proposal;
+	int64		token;
+	int64_t		start_us;
+	RlAttempt	result;
+
+	new_owner(grant->owner);
+	proposal = rl_propose_token(wall_clock_us(), rl_last_token);
+
+	argv[0] = "EVAL";
+	argvlen[0] = 4;
+	argv[1] = ACQUIRE_SCRIPT;
+	argvlen[1] = sizeof(ACQUIRE_SCRIPT) - 1;
+	argv[2] = "2";
+	argvlen[2] = 1;
+	argv[3] = key;
+	argvlen[3] = keylen;
+	argv[4] = ckey;
+	argvlen[4] = counter_key(ckey, resource);
+	argv[5] = grant->owner;
+	argvlen[5] = RL_OWNER_LEN;
+	argv[6] = ttl_buf;
+	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
+	argv[7] = proposal_buf;
+	argvlen[7] = rl_format_counter(proposal, proposal_buf);
+	request_init(&req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 8, argv, argvlen);
+
+	/* from here on an error must not leave the lease behind */
+	memcpy(rl_in_flight.key, key, keylen + 1);
+	rl_in_flight.keylen = keylen;
+	memcpy(rl_in_flight.owner, grant->owner, RL_OWNER_LEN + 1);
+	rl_in_flight.active = true;
+
+	start_us = rl_now_us();
+	rl_stats_count(RL_STAT_ATTEMPTS);
+	rl_nodes_run(&req);
+
+	if (req.decision != RL_WON)
+	{
+		result = (req.decision == RL_CONTENDED) ? RL_ATTEMPT_CONTENDED
+			: RL_ATTEMPT_UNAVAILABLE;
+		goto failed;
+	}
+
+	{
+		int64_t		counters[RL_MAX_NODES];
+		int			ncounters = 0;
+
+		for (int i = 0; i < req.nnodes; i++)
+			if (req.results[i].vote == RL_VOTE_YES)
+				counters[ncounters++] = req.results[i].counter;
+
+		if (!rl_choose_token(proposal, counters, ncounters, &token))
+		{
+			RlRequest	wb;
+			char		token_buf[24];
+
+			if (token < 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_REDLOCK_PROTOCOL),
+						 errmsg("fencing counter on the Redis nodes is exhausted")));
+
+			/* write the token back where we hold the lock */
+			argv[1] = WRITEBACK_SCRIPT;
+			argvlen[1] = sizeof(WRITEBACK_SCRIPT) - 1;
+			argv[6] = token_buf;
+			argvlen[6] = rl_format_counter(token, token_buf);
+			request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, 7, argv, argvlen);
+			for (int i = 0; i < req.nnodes; i++)
+				wb.skip[i] = (req.results[i].vote != RL_VOTE_YES);
+			rl_nodes_run(&wb);
+			if (wb.decision != RL_WON)
+			{
+				req = wb;
+				result = (wb.decision == RL_CONTENDED) ? RL_ATTEMPT_EXPIRED
+					: RL_ATTEMPT_UNAVAILABLE;
+				goto failed;
+			}
+		}
+	}
+
+	if (rl_validity_us(ttl_ms, rl_now_us() - start_us, rl_drift_factor) <= 0)
+	{
+		result = RL_ATTEMPT_EXPIRED;
+		goto failed;
+	}
+
+	grant->token = token;
+	grant->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
+		rl_drift_us(ttl_ms, rl_drift_factor);
+	if (token > rl_last_token)
+		rl_last_token = token;
+	rl_in_flight.active = false;
+	*req_out = req;
+	return RL_ATTEMPT_GRANTED;
+
+failed:
+	/* release everywhere, also where no reply came; do not wait */
+	release_nowait(key, keylen, grant->owner, false);
+	rl_in_flight.active = false;
+	*req_out = req;
+	return result;
+}
+
+/* Abort path: release what an interrupted attempt may have set. */
+void
+rl_proto_abandon_in_flight(void)
+{
+	if (rl_in_flight.active)
+	{
+		rl_in_flight.active = false;
+		release_nowait(rl_in_flight.key, rl_in_flight.keylen,
+					   rl_in_flight.owner, true);
+	}
+}
+
+/*
+ * Extend a lease on a majority (owner-checked).  Returns the decision;
+ * *started_us is when the round began, from which the new validity counts.
+ */
+RlDecision
+rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
+				int64_t *started_us, RlRequest *req)
+{
+	const char *argv[6];
+	size_t		argvlen[6];
+	char		ttl_buf[16];
+
+	argv[0] = "EVAL";
+	argvlen[0] = 4;
+	argv[1] = EXTEND_SCRIPT;
+	argvlen[1] = sizeof(EXTEND_SCRIPT) - 1;
+	argv[2] = "1";
+	argvlen[2] = 1;
+	argv[3] = key;
+	argvlen[3] = keylen;
+	argv[4] = owner;
+	argvlen[4] = RL_OWNER_LEN;
+	argv[5] = ttl_buf;
+	argvlen[5] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
+	request_init(req, RL_REPLY_FLAG, RL_GOAL_QUORUM, 6, argv, argvlen);
+
+	*started_us = rl_now_us();
+	rl_nodes_run(req);
+	req->argv = NULL;
+	req->argvlen = NULL;
+	return req->decision;
+}

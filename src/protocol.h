@@ -1,0 +1,54 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol.h
+ *	  The Redlock protocol on the nodes: acquire, write back, extend and
+ *	  release, each one round of Lua scripts sent to every node.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDLOCK_PROTOCOL_H
+#define REDLOCK_PROTOCOL_H
+
+#include "nodes.h"
+
+#define RL_KEY_MAX	(RL_MAX_KEY_PREFIX_LEN + 5 + RL_MAX_RESOURCE_LEN)
+#define RL_RELEASE_CHUNK	256 /* leases released by one command */
+
+typedef enum RlAttempt
+{
+	RL_ATTEMPT_GRANTED,
+	RL_ATTEMPT_CONTENDED,		/* a majority answered, too few granted */
+	RL_ATTEMPT_UNAVAILABLE,		/* a majority could not answer */
+	RL_ATTEMPT_EXPIRED			/* granted, but the TTL ran out meanwhile */
+} RlAttempt;
+
+/* What a granted attempt hands back. */
+typedef struct RlGrant
+{
+	char		owner[RL_OWNER_LEN + 1];
+	int64		token;
+	int64_t		valid_until_us; /* monotonic clock */
+} RlGrant;
+
+/* One lease to release: its Redis key and random owner value. */
+typedef struct RlReleaseItem
+{
+	const char *key;
+	int			keylen;
+	const char *owner;
+} RlReleaseItem;
+
+extern int	rl_lock_key(char *buf, const char *resource);
+extern RlAttempt rl_proto_acquire(const char *resource, const char *key,
+								  int keylen, int ttl_ms, RlGrant *grant,
+								  RlRequest *req_out);
+extern void rl_proto_abandon_in_flight(void);
+extern RlDecision rl_proto_extend(const char *key, int keylen,
+								  const char *owner, int ttl_ms,
+								  int64_t *started_us, RlRequest *req);
+extern void rl_proto_release(const RlReleaseItem *items, int nitems,
+							 bool wait, bool nothrow, int64_t deadline_us,
+							 RlRequest *req);
+extern int64_t rl_proto_release_deadline(void);
+
+#endif							/* REDLOCK_PROTOCOL_H */

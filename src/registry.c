@@ -1,0 +1,268 @@
+/*-------------------------------------------------------------------------
+ *
+ * registry.c
+ *	  The per-backend lease registry and the release of leases whose last
+ *	  hold is gone.
+ *
+ * Leases are re-entrant per session, like advisory locks: taking a lease the
+ * session already holds (at either scope) returns the same token and adds a
+ * hold; the lease is released on the nodes when the last hold goes.  See
+ * registry.h for the states of a lease.
+ *
+ * A lease whose last hold goes is marked releasing *before* any network
+ * I/O, so an error that interrupts the release (cancel, statement_timeout,
+ * a caught exception) can never leave it looking held; its release command
+ * belongs to the node layer from then on, which delivers it when the nodes
+ * can take it.
+ *
+ * Bulk releases (transaction end, exit, DISCARD ALL) send one command per
+ * node per RL_RELEASE_CHUNK leases, pipelined, and wait once, for the last.
+ * On the no-throw paths the whole bulk release has one deadline: one
+ * connect attempt and one node_timeout per node, whatever the number of
+ * leases; what could not be confirmed expires by TTL and is logged once.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "registry.h"
+#include "stats.h"
+
+static HTAB *rl_leases = NULL;
+static uint64 rl_release_batches = 0;
+
+static void
+registry_init(void)
+{
+	HASHCTL		ctl;
+
+	if (rl_leases != NULL)
+		return;
+	ctl.keysize = RL_MAX_RESOURCE_LEN + 1;
+	ctl.entrysize = sizeof(RlLease);
+	ctl.hcxt = TopMemoryContext;
+	rl_leases = hash_create("redlock leases", 16, &ctl,
+							HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+}
+
+/* The registry entry of a resource, in any state; NULL if none. */
+RlLease *
+rl_registry_find(const char *resource)
+{
+	if (rl_leases == NULL)
+		return NULL;
+	return hash_search(rl_leases, resource, HASH_FIND, NULL);
+}
+
+/* The entry of a resource this session holds; NULL if none. */
+RlLease *
+rl_registry_held(const char *resource)
+{
+	RlLease    *lease = rl_registry_find(resource);
+
+	return (lease != NULL && lease->state == RL_LEASE_HELD) ? lease : NULL;
+}
+
+/* A new, zeroed entry for a resource that has none. */
+RlLease *
+rl_registry_enter(const char *resource)
+{
+	RlLease    *lease;
+	bool		found;
+
+	registry_init();
+	lease = hash_search(rl_leases, resource, HASH_ENTER, &found);
+	Assert(!found);
+	memset(((char *) lease) + sizeof(lease->resource), 0,
+		   sizeof(RlLease) - sizeof(lease->resource));
+	lease->state = RL_LEASE_HELD;
+	return lease;
+}
+
+void
+rl_registry_forget(RlLease *lease)
+{
+	hash_search(rl_leases, lease->resource, HASH_REMOVE, NULL);
+}
+
+long
+rl_registry_count(void)
+{
+	return rl_leases ? hash_get_num_entries(rl_leases) : 0;
+}
+
+/* Iterate over the entries: first = true starts a scan. */
+RlLease *
+rl_registry_next(HASH_SEQ_STATUS *status, bool first)
+{
+	if (rl_leases == NULL)
+		return NULL;
+	if (first)
+		hash_seq_init(status, rl_leases);
+	return hash_seq_search(status);
+}
+
+bool
+rl_registry_has_xact_holds(void)
+{
+	HASH_SEQ_STATUS status;
+	RlLease    *lease;
+
+	for (lease = rl_registry_next(&status, true); lease != NULL;
+		 lease = rl_registry_next(&status, false))
+	{
+		if (lease->state == RL_LEASE_HELD && lease->xact_holds > 0)
+		{
+			hash_seq_term(&status);
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * A transaction lease first taken in a subtransaction moves to the parent
+ * when the subtransaction commits.  (When it rolls back, the hold goes with
+ * it, as advisory transaction locks do: RL_DROP_SUBXACT.)
+ */
+void
+rl_registry_subxact_commit(SubTransactionId mySubid,
+						   SubTransactionId parentSubid)
+{
+	HASH_SEQ_STATUS status;
+	RlLease    *lease;
+
+	for (lease = rl_registry_next(&status, true); lease != NULL;
+		 lease = rl_registry_next(&status, false))
+	{
+		if (lease->xact_holds > 0 && lease->xact_subid == mySubid)
+			lease->xact_subid = parentSubid;
+	}
+}
+
+/*
+ * Release one lease whose last hold went: marked releasing first, then one
+ * round.  Returns whether a majority confirmed the release; the lease is
+ * gone from the registry either way.
+ */
+bool
+rl_registry_release_one(RlLease *lease, bool nothrow, RlRequest *req)
+{
+	RlReleaseItem item;
+
+	Assert(lease->state == RL_LEASE_HELD);
+	lease->state = RL_LEASE_RELEASING;
+	item.key = lease->key;
+	item.keylen = lease->keylen;
+	item.owner = lease->owner;
+	rl_proto_release(&item, 1, true, nothrow,
+					 nothrow ? rl_proto_release_deadline() : 0, req);
+	rl_stats_count(RL_STAT_RELEASES);
+	rl_registry_forget(lease);
+	return req->decision != RL_UNAVAILABLE &&
+		req->tally.yes + req->tally.no >= rl_majority(req->nnodes);
+}
+
+/* Drop the holds scope covers; true when the lease has none left. */
+static bool
+drop_holds(RlLease *lease, RlDropScope scope, SubTransactionId subid)
+{
+	switch (scope)
+	{
+		case RL_DROP_XACT:
+			lease->xact_holds = 0;
+			break;
+		case RL_DROP_SESSION:
+			lease->session_holds = 0;
+			break;
+		case RL_DROP_ALL:
+			lease->xact_holds = lease->session_holds = 0;
+			break;
+		case RL_DROP_SUBXACT:
+			if (lease->xact_holds > 0 && lease->xact_subid == subid)
+				lease->xact_holds = 0;
+			break;
+	}
+	return lease->session_holds == 0 && lease->xact_holds == 0;
+}
+
+/*
+ * Drop holds in bulk and release the leases left without any.  Entries
+ * already releasing (an earlier release was interrupted; the node layer
+ * owns their release) are just forgotten.  Returns the number of leases
+ * released.
+ */
+int
+rl_registry_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
+{
+	HASH_SEQ_STATUS status;
+	RlLease    *lease;
+	uint64		batch = ++rl_release_batches;
+	int			total = 0;
+	int			sent = 0;
+	int			unconfirmed = 0;
+	int64_t		deadline = nothrow ? rl_proto_release_deadline() : 0;
+	RlReleaseItem items[RL_RELEASE_CHUNK];
+	int			nitems = 0;
+	RlRequest	req;
+
+	/* mark first: from here on none of them is held, whatever happens */
+	for (lease = rl_registry_next(&status, true); lease != NULL;
+		 lease = rl_registry_next(&status, false))
+	{
+		if (lease->state == RL_LEASE_HELD && drop_holds(lease, scope, subid))
+		{
+			lease->state = RL_LEASE_RELEASING;
+			lease->release_batch = batch;
+			total++;
+		}
+	}
+
+	for (lease = total > 0 ? rl_registry_next(&status, true) : NULL;
+		 lease != NULL;
+		 lease = rl_registry_next(&status, false))
+	{
+		if (lease->state != RL_LEASE_RELEASING || lease->release_batch != batch)
+			continue;
+		items[nitems].key = lease->key;
+		items[nitems].keylen = lease->keylen;
+		items[nitems].owner = lease->owner;
+		nitems++;
+		sent++;
+		if (nitems == RL_RELEASE_CHUNK || sent == total)
+		{
+			bool		last = (sent == total);
+
+			rl_proto_release(items, nitems, last, nothrow, deadline, &req);
+			if (last && (req.decision == RL_UNAVAILABLE ||
+						 req.tally.yes + req.tally.no < rl_majority(req.nnodes)))
+				unconfirmed = total;
+			nitems = 0;
+		}
+	}
+
+	/* forget every releasing entry: the node layer owns their releases */
+	for (lease = rl_registry_next(&status, true); lease != NULL;
+		 lease = rl_registry_next(&status, false))
+	{
+		if (lease->state == RL_LEASE_RELEASING &&
+			lease->session_holds == 0 && lease->xact_holds == 0)
+		{
+			if (lease->release_batch == batch)
+				rl_stats_count(RL_STAT_RELEASES);
+			rl_registry_forget(lease);
+		}
+	}
+
+	if (unconfirmed > 0)
+		ereport(nothrow ? LOG : WARNING,
+				(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
+				 errmsg_plural("release of %d lease was not confirmed by a majority of Redis nodes",
+							   "release of %d leases was not confirmed by a majority of Redis nodes",
+							   unconfirmed, unconfirmed),
+				 errdetail("Leases whose release did not reach a node expire there by their TTL; the release is sent again when the node can be reached.")));
+	return total;
+}
