@@ -12,10 +12,13 @@ OBJS = \
 	src/registry.o \
 	src/lifecycle.o \
 	src/lease_sql.o \
+	src/lock_table.o \
+	src/wait_events.o \
+	src/worker.o \
 	src/stats.o \
 	src/health.o \
 	src/fence.o
-DATA = sql/redlock--1.0.sql
+DATA = sql/redlock--1.0.sql sql/redlock--1.0--1.1.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 
 PG_CPPFLAGS = -I$(srcdir)/src

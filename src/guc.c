@@ -15,6 +15,7 @@
 #include <ctype.h>
 #include <limits.h>
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "guc.h"
@@ -31,6 +32,8 @@ char	   *rl_key_prefix = NULL;
 char	   *rl_username = NULL;
 char	   *rl_password = NULL;
 char	   *rl_fence_token_setting = NULL;
+int			rl_max_leases = 1024;
+int			rl_keep_alive_limit_s = 3600;
 
 static char *rl_nodes_setting = NULL;
 
@@ -379,6 +382,26 @@ rl_define_gucs(void)
 							   PGC_USERSET,
 							   0,
 							   check_fence_token, NULL, NULL);
+
+	/* a startup-only setting can only be defined while preloading */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("redlock.max_leases",
+								"Leases held or awaited at once on this server that the lock table can hold.",
+								"The lock table (redlock_locks, wake-ups at release, keep-alive) needs redlock in shared_preload_libraries.",
+								&rl_max_leases,
+								1024, 16, 1000000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redlock.keep_alive_limit",
+							"Longest time the keep-alive worker extends a lease after it was granted.",
+							"After it, a lease taken with keep_alive => true expires by its TTL unless it is extended by hand.",
+							&rl_keep_alive_limit_s,
+							3600, 1, 604800,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("redlock");
 }

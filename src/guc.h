@@ -23,6 +23,8 @@ extern char *rl_key_prefix;
 extern char *rl_username;
 extern char *rl_password;
 extern char *rl_fence_token_setting;
+extern int	rl_max_leases;
+extern int	rl_keep_alive_limit_s;
 
 extern void rl_define_gucs(void);
 extern bool rl_parse_node_list(const char *value, RlNodeList *out,

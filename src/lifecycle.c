@@ -36,6 +36,7 @@ static void
 rl_backend_exit(int code, Datum arg)
 {
 	rl_proto_abandon_in_flight();
+	rl_registry_abort_acquire();
 	(void) rl_registry_release(RL_DROP_ALL, InvalidSubTransactionId, true);
 	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
 	rl_nodes_disconnect_all();
@@ -98,6 +99,7 @@ rl_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			rl_proto_abandon_in_flight();
+			rl_registry_abort_acquire();
 			(void) rl_registry_release(RL_DROP_XACT, InvalidSubTransactionId, true);
 			break;
 		default:
@@ -117,6 +119,7 @@ rl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		rl_proto_abandon_in_flight();
+		rl_registry_abort_acquire();
 		(void) rl_registry_release(RL_DROP_SUBXACT, mySubid, true);
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
