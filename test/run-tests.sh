@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every redlock test: unit tests of the quorum logic, pg_regress suites
 # and isolation specs against a throwaway cluster with 5 local Redis nodes,
-# the README's examples, and the process-level TAP tests
+# the README's examples and install block, and the process-level TAP tests
 # (which start their own clusters and nodes).
 #
 #   bash test/run-tests.sh [--pg-config PATH] [--long]
@@ -133,6 +133,8 @@ run_suite "isolation" with_pg isolation_suite
 run_suite "README examples" with_pg bash test/readme-examples.sh
 bash test/pg-cluster.sh stop "$work/pg"
 bash test/redis-nodes.sh stop "$work/redis"
+
+run_suite "README install block on a fresh cluster" bash test/readme-install.sh
 
 # The TAP tests: PostgreSQL refuses to run as root, so they run as postgres,
 # on a copy of test/t, test/perl and the README that user can write next to.
