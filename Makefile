@@ -10,7 +10,7 @@ OBJS = \
 	src/stats.o \
 	src/health.o \
 	src/fence.o
-DATA = sql/redlock--1.0.sql
+DATA = sql/redlock--1.0.sql sql/redlock--1.0--1.1.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 
 PG_CPPFLAGS = -I$(srcdir)/src

@@ -15,6 +15,7 @@
 #include <ctype.h>
 #include <limits.h>
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "redlock.h"
@@ -30,6 +31,8 @@ char	   *rl_key_prefix = NULL;
 char	   *rl_username = NULL;
 char	   *rl_password = NULL;
 char	   *rl_fence_token_setting = NULL;
+int			rl_stats_max_databases = 256;
+int			rl_stats_max_tables = 4096;
 
 static char *rl_nodes_setting = NULL;
 
@@ -378,6 +381,33 @@ rl_define_gucs(void)
 							   PGC_USERSET,
 							   0,
 							   check_fence_token, NULL, NULL);
+
+	/*
+	 * The statistics tables live in shared memory, so their sizes are fixed
+	 * at server start; PostgreSQL allows PGC_POSTMASTER variables only to
+	 * libraries in shared_preload_libraries, which the statistics need
+	 * anyway.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		DefineCustomIntVariable("redlock.stats_max_databases",
+								"Number of databases whose lease statistics are kept in shared memory.",
+								"Events of further databases are counted only in redlock_stats_info.database_events_untracked.",
+								&rl_stats_max_databases,
+								256, 1, 65536,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
+		DefineCustomIntVariable("redlock.stats_max_tables",
+								"Number of tables whose fence rejections are kept in shared memory.",
+								"Rejections on further tables are counted only in redlock_stats_info.table_rejections_untracked; redlock_stats_reset() empties the table.",
+								&rl_stats_max_tables,
+								4096, 1, 1048576,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+	}
 
 	MarkGUCPrefixReserved("redlock");
 }

@@ -58,6 +58,8 @@ extern char *rl_key_prefix;
 extern char *rl_username;
 extern char *rl_password;
 extern char *rl_fence_token_setting;
+extern int	rl_stats_max_databases; /* only with shared_preload_libraries */
+extern int	rl_stats_max_tables;
 
 extern void rl_define_gucs(void);
 extern bool rl_parse_node_list(const char *value, RlNodeList *out,
