@@ -61,6 +61,9 @@ extern char *rl_fence_token_setting;
 extern int	rl_stats_max_databases; /* only with shared_preload_libraries */
 extern int	rl_stats_max_tables;
 
+/* room for the reason rl_parse_node_list() gives for refusing a value */
+#define RL_NODES_ERRLEN			512
+
 extern void rl_define_gucs(void);
 extern bool rl_parse_node_list(const char *value, RlNodeList *out,
 							   char *errbuf, size_t errlen);
