@@ -6,7 +6,9 @@
  * Every setting that decides where locks live or how the nodes are reached
  * is PGC_SUSET.  Bad values are rejected by check hooks when they are set
  * (SET, ALTER SYSTEM + reload, postgresql.conf), so a typo never surfaces
- * later as a puzzling lock failure.
+ * later as a puzzling lock failure.  A bad redlock.nodes from the server
+ * configuration is remembered, so the lease functions can say why no nodes
+ * are set (rl_nodes_rejected_reason()).
  *
  *-------------------------------------------------------------------------
  */
@@ -17,8 +19,10 @@
 #include <limits.h>
 #include <netinet/in.h>
 
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 
 #include "redlock.h"
 
@@ -37,6 +41,21 @@ int			rl_stats_max_databases = 256;
 int			rl_stats_max_tables = 4096;
 
 static char *rl_nodes_setting = NULL;
+
+/* Our own GUC record, found once when it is defined */
+static struct config_generic *rl_nodes_gconf = NULL;
+
+/*
+ * The last redlock.nodes from a configuration source that check_nodes()
+ * refused, as an errdetail text: malloc'd, since check hooks run in the
+ * postmaster too (backends inherit it) and must not throw.
+ */
+static bool rl_nodes_rejected = false;
+static char *rl_nodes_rejected_text = NULL;
+static char rl_nodes_rejected_fallback[RL_NODES_ERRLEN];
+
+/* rl_define_gucs() is running: placeholder values are being applied */
+static bool rl_defining_gucs = false;
 
 #define RL_MAX_CREDENTIAL_LEN	512
 #define RL_MAX_DNS_NAME_LEN		253
@@ -319,18 +338,108 @@ rl_parse_node_list(const char *value, RlNodeList *out, char *errbuf,
 	}
 }
 
+/* Where a value from a configuration source came from, for messages. */
+static const char *
+config_source_name(GucSource source)
+{
+	switch (source)
+	{
+		case PGC_S_FILE:
+			return "the configuration file";
+		case PGC_S_ARGV:
+			return "the server command line";
+		case PGC_S_GLOBAL:
+		case PGC_S_DATABASE:
+		case PGC_S_USER:
+		case PGC_S_DATABASE_USER:
+			return "ALTER ROLE or ALTER DATABASE settings";
+		case PGC_S_CLIENT:
+			return "the connection request";
+		default:
+			return "the server configuration";
+	}
+}
+
+static void
+nodes_forget_rejection(void)
+{
+	rl_nodes_rejected = false;
+	free(rl_nodes_rejected_text);
+	rl_nodes_rejected_text = NULL;
+}
+
+#define RL_NODES_REJECTED_FMT \
+	"The value \"%s\" of redlock.nodes from %s was rejected, so the previous value stays in force. %s"
+
+static void
+nodes_remember_rejection(const char *value, const char *why, GucSource source)
+{
+	const char *from = config_source_name(source);
+	size_t		len;
+
+	nodes_forget_rejection();
+	rl_nodes_rejected = true;
+	if (value == NULL)
+		value = "";
+	len = sizeof(RL_NODES_REJECTED_FMT) + strlen(value) + strlen(from) + strlen(why);
+	rl_nodes_rejected_text = malloc(len);
+	if (rl_nodes_rejected_text != NULL)
+		snprintf(rl_nodes_rejected_text, len, RL_NODES_REJECTED_FMT,
+				 value, from, why);
+	else
+		snprintf(rl_nodes_rejected_fallback, sizeof(rl_nodes_rejected_fallback),
+				 "The value of redlock.nodes from %s was rejected. %s", from, why);
+}
+
+const char *
+rl_nodes_rejected_reason(void)
+{
+	if (!rl_nodes_rejected)
+		return NULL;
+	/* a value set in this session was never the configured one */
+	if (rl_nodes_gconf != NULL && rl_nodes_gconf->source >= PGC_S_INTERACTIVE)
+		return NULL;
+	return rl_nodes_rejected_text ? rl_nodes_rejected_text :
+		rl_nodes_rejected_fallback;
+}
+
 static bool
 check_nodes(char **newval, void **extra, GucSource source)
 {
 	RlNodeList	parsed;
 	char		errbuf[RL_NODES_ERRLEN];
 	RlNodeList *copy;
+	bool		from_config;
+
+	/*
+	 * A value from a configuration source (postgresql.conf, the command
+	 * line, ALTER ROLE/DATABASE SET, the connection request) that is
+	 * refused leaves the previous value in force, often the empty default,
+	 * with nothing but a line in the server log: remember why, for the lease
+	 * functions' error; a valid value from such a source forgets it.
+	 * Interactive SET and PGC_S_TEST (validating ALTER ROLE/DATABASE SET)
+	 * report the error to the user directly and change nothing.
+	 *
+	 * ALTER SYSTEM and pg_file_settings check values as PGC_S_FILE too, but
+	 * inside a transaction, where the configuration file is never applied
+	 * except to the placeholder values of a library being loaded (here,
+	 * while rl_define_gucs() runs): those checks leave the record alone.
+	 *
+	 * Not seen here: a refused line that is removed from postgresql.conf
+	 * (PostgreSQL re-checks only settings still in the file, and one whose
+	 * value came from the file), so that refusal is remembered until a
+	 * restart or a valid value.
+	 */
+	from_config = source < PGC_S_INTERACTIVE &&
+		!(source == PGC_S_FILE && IsTransactionState() && !rl_defining_gucs);
 
 	if (!rl_parse_node_list(*newval, &parsed, errbuf, sizeof(errbuf)))
 	{
 		GUC_check_errdetail("%s", errbuf);
 		GUC_check_errhint("Give 1 to %d independent Redis masters as a comma-separated list of host:port, e.g. '10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379'.",
 						  RL_MAX_NODES);
+		if (from_config)
+			nodes_remember_rejection(*newval, errbuf, source);
 		return false;
 	}
 	copy = rl_guc_malloc(sizeof(RlNodeList));
@@ -338,6 +447,8 @@ check_nodes(char **newval, void **extra, GucSource source)
 		return false;
 	memcpy(copy, &parsed, sizeof(RlNodeList));
 	*extra = copy;
+	if (from_config)
+		nodes_forget_rejection();
 	return true;
 }
 
@@ -425,9 +536,33 @@ check_fence_token(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/*
+ * Our own GUC record, to read its source.  PostgreSQL 16 exports
+ * find_option(); before that, the sorted array of all records is searched.
+ * A custom variable's record stays where it is once defined.
+ */
+static struct config_generic *
+find_own_guc(const char *name)
+{
+#if PG_VERSION_NUM >= 160000
+	return find_option(name, false, true, ERROR);
+#else
+	struct config_generic **vars = get_guc_variables();
+	int			nvars = GetNumConfigOptions();
+
+	for (int i = 0; i < nvars; i++)
+	{
+		if (strcmp(vars[i]->name, name) == 0)
+			return vars[i];
+	}
+	return NULL;
+#endif
+}
+
 void
 rl_define_gucs(void)
 {
+	rl_defining_gucs = true;
 	DefineCustomStringVariable("redlock.nodes",
 							   "Redis masters holding the leases, as a comma-separated host:port list.",
 							   "Use 1 to 15 independent masters; an odd number tolerates the most failures.",
@@ -546,4 +681,9 @@ rl_define_gucs(void)
 	}
 
 	MarkGUCPrefixReserved("redlock");
+	rl_defining_gucs = false;
+
+	rl_nodes_gconf = find_own_guc("redlock.nodes");
+	if (rl_nodes_gconf == NULL)
+		elog(ERROR, "redlock could not find its own configuration variable");
 }

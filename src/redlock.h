@@ -68,6 +68,16 @@ extern void rl_define_gucs(void);
 extern bool rl_parse_node_list(const char *value, RlNodeList *out,
 							   char *errbuf, size_t errlen);
 
+/*
+ * Why the server configuration's redlock.nodes is not in force: a value
+ * from postgresql.conf, the command line, ALTER ROLE/DATABASE SET or the
+ * connection request that the check hook refused (the previous value, often
+ * the empty default, stays in force).  A complete errdetail sentence naming
+ * the value; NULL when there is no such refusal, or when the value in force
+ * was set in this session (SET, a function's SET clause).
+ */
+extern const char *rl_nodes_rejected_reason(void);
+
 /* Monotonic clock in microseconds, for deadlines and lease validity. */
 static inline int64_t
 rl_now_us(void)
