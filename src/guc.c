@@ -10,6 +10,10 @@
  * configuration is remembered, so the lease functions can say why no nodes
  * are set (rl_nodes_rejected_reason()).
  *
+ * The fence reads redlock.fence_token only when the value in force was set
+ * by the current transaction (rl_fence_token_scope()), which it learns from
+ * the variable's GUC stack.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -42,8 +46,9 @@ int			rl_stats_max_tables = 4096;
 
 static char *rl_nodes_setting = NULL;
 
-/* Our own GUC record, found once when it is defined */
+/* Our own GUC records, found once when they are defined */
 static struct config_generic *rl_nodes_gconf = NULL;
+static struct config_generic *rl_fence_token_gconf = NULL;
 
 /*
  * The last redlock.nodes from a configuration source that check_nodes()
@@ -537,7 +542,7 @@ check_fence_token(char **newval, void **extra, GucSource source)
 }
 
 /*
- * Our own GUC record, to read its source.  PostgreSQL 16 exports
+ * Our own GUC record, to read its source and stack.  PostgreSQL 16 exports
  * find_option(); before that, the sorted array of all records is searched.
  * A custom variable's record stays where it is once defined.
  */
@@ -557,6 +562,45 @@ find_own_guc(const char *name)
 	}
 	return NULL;
 #endif
+}
+
+/*
+ * Where the value of redlock.fence_token in force comes from.  A GUC has a
+ * stack entry only while it was changed in the current transaction (each
+ * subtransaction and each function with a SET clause opens a nest level;
+ * AtEOXact_GUC() pops or merges the entries when they end).  The newest
+ * entry tells how the value in force was set at its level:
+ *
+ *	GUC_LOCAL		SET LOCAL or set_config(..., true): undone at the end of
+ *					the transaction at the latest
+ *	GUC_SET_LOCAL	SET, then SET LOCAL at the same level: the value in force
+ *					is the LOCAL one; the SET value comes back at commit
+ *	GUC_SAVE		a function's SET clause: undone when the function returns
+ *	GUC_SET			SET without LOCAL: kept after commit
+ *
+ * This stays exact across subtransactions: a RELEASE merges the entry into
+ * its parent's level with the same meaning (a plain SET makes the parent's
+ * entry GUC_SET; a LOCAL one over a parent's SET makes it GUC_SET_LOCAL),
+ * and a rollback to a savepoint restores the value and entries from before
+ * it.  Without a stack entry the value was set outside this transaction: a
+ * session SET in an earlier one, ALTER ROLE/DATABASE SET, the connection
+ * request or the server configuration.  So is a value that SET LOCAL ... TO
+ * DEFAULT or RESET brought back: its source is then the configuration's,
+ * below PGC_S_INTERACTIVE.
+ */
+RlTokenScope
+rl_fence_token_scope(void)
+{
+	struct config_generic *gconf = rl_fence_token_gconf;
+
+	if (rl_fence_token_setting == NULL || rl_fence_token_setting[0] == '\0')
+		return RL_TOKEN_UNSET;
+	if (gconf == NULL || gconf->stack == NULL ||
+		gconf->source < PGC_S_INTERACTIVE)
+		return RL_TOKEN_OUTSIDE;
+	if (gconf->stack->state == GUC_SET)
+		return RL_TOKEN_PLAIN_SET;
+	return RL_TOKEN_TRANSACTION;
 }
 
 void
@@ -645,8 +689,8 @@ rl_define_gucs(void)
 							   check_credential, assign_credential, NULL);
 
 	DefineCustomStringVariable("redlock.fence_token",
-							   "Fencing token offered by writes in this transaction (use SET LOCAL).",
-							   "Read by the redlock_fence() trigger for DELETE and for UPDATEs that leave the token column unchanged.",
+							   "Fencing token offered by writes in this transaction (set it with SET LOCAL).",
+							   "Read by the redlock_fence() trigger for DELETE, for INSERTs that leave the token column NULL and for UPDATEs that leave it unchanged.  Only a token set in the current transaction (SET LOCAL, set_config(..., true), a function's SET clause) is accepted.",
 							   &rl_fence_token_setting,
 							   "",
 							   PGC_USERSET,
@@ -684,6 +728,7 @@ rl_define_gucs(void)
 	rl_defining_gucs = false;
 
 	rl_nodes_gconf = find_own_guc("redlock.nodes");
-	if (rl_nodes_gconf == NULL)
-		elog(ERROR, "redlock could not find its own configuration variable");
+	rl_fence_token_gconf = find_own_guc("redlock.fence_token");
+	if (rl_nodes_gconf == NULL || rl_fence_token_gconf == NULL)
+		elog(ERROR, "redlock could not find its own configuration variables");
 }

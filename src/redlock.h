@@ -78,6 +78,25 @@ extern bool rl_parse_node_list(const char *value, RlNodeList *out,
  */
 extern const char *rl_nodes_rejected_reason(void);
 
+/*
+ * Where the value of redlock.fence_token in force comes from.  Only a token
+ * set in the current transaction may fence a write: one that outlives its
+ * transaction also outlives the lease it came from.
+ */
+typedef enum RlTokenScope
+{
+	RL_TOKEN_UNSET,				/* empty: no token */
+	RL_TOKEN_TRANSACTION,		/* SET LOCAL, set_config(..., true), or a
+								 * function's SET clause */
+	RL_TOKEN_PLAIN_SET,			/* SET without LOCAL in this transaction: it
+								 * will outlive the transaction */
+	RL_TOKEN_OUTSIDE			/* not set by this transaction: a session SET
+								 * in an earlier one, ALTER ROLE/DATABASE SET,
+								 * the server configuration */
+} RlTokenScope;
+
+extern RlTokenScope rl_fence_token_scope(void);
+
 /* Monotonic clock in microseconds, for deadlines and lease validity. */
 static inline int64_t
 rl_now_us(void)
