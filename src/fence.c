@@ -85,8 +85,11 @@ fence_parse_args(TriggerData *trigdata, FenceColumn *col, bool *allow_equal)
 	if (trigger->tgnargs > 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("redlock_fence() takes at most 2 arguments, trigger \"%s\" on table \"%s\" gives %d",
-						trigger->tgname, fence_relname(rel), trigger->tgnargs),
+				 errmsg("too many arguments for redlock_fence() in trigger \"%s\" on table \"%s\"",
+						trigger->tgname, fence_relname(rel)),
+				 errdetail_plural("The trigger gives %d argument; redlock_fence() takes at most 2.",
+								  "The trigger gives %d arguments; redlock_fence() takes at most 2.",
+								  trigger->tgnargs, trigger->tgnargs),
 				 errhint("Arguments are the token column (default '%s') and the comparison mode ('strict' or 'allow_equal').",
 						 RL_FENCE_DEFAULT_COLUMN)));
 

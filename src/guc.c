@@ -475,7 +475,7 @@ check_key_prefix(char **newval, void **extra, GucSource source)
 
 	if (len == 0 || len > RL_MAX_KEY_PREFIX_LEN)
 	{
-		GUC_check_errdetail("redlock.key_prefix must be 1 to %d bytes long.",
+		GUC_check_errdetail("The key prefix must be 1 to %d bytes long.",
 							RL_MAX_KEY_PREFIX_LEN);
 		return false;
 	}
@@ -484,7 +484,7 @@ check_key_prefix(char **newval, void **extra, GucSource source)
 		if ((unsigned char) *c < 0x21 || (unsigned char) *c > 0x7e ||
 			*c == '*' || *c == '?' || *c == '[' || *c == ']' || *c == '\\')
 		{
-			GUC_check_errdetail("redlock.key_prefix may contain only printable ASCII characters other than space, \"*\", \"?\", \"[\", \"]\" and \"\\\".");
+			GUC_check_errdetail("The key prefix may contain only printable ASCII characters other than space, \"*\", \"?\", \"[\", \"]\" and \"\\\".");
 			return false;
 		}
 	}
@@ -535,7 +535,7 @@ check_fence_token(char **newval, void **extra, GucSource source)
 	v = strtoll(s, &end, 10);
 	if (errno != 0 || end == s || *end != '\0' || v <= 0 || !isdigit((unsigned char) s[0]))
 	{
-		GUC_check_errdetail("redlock.fence_token must be a positive bigint (1 to 9223372036854775807), or empty.");
+		GUC_check_errdetail("The token must be a positive bigint (1 to 9223372036854775807), or empty.");
 		return false;
 	}
 	return true;
