@@ -149,8 +149,32 @@ SET redlock.nodes = '127.0.0.1:6379, 127.0.0.1:6379';
 SET redlock.nodes = 'ho st:1';
 SET redlock.nodes = '[::1:6379';
 SET redlock.nodes = '127.0.0.1:6379x';
-SET redlock.nodes = '1:1,2:1,3:1,4:1,5:1,6:1,7:1,8:1,9:1,10:1,11:1,12:1,13:1,14:1,15:1,16:1';
+SET redlock.nodes = '10.0.0.1:1,10.0.0.2:1,10.0.0.3:1,10.0.0.4:1,10.0.0.5:1,10.0.0.6:1,10.0.0.7:1,10.0.0.8:1,10.0.0.9:1,10.0.0.10:1,10.0.0.11:1,10.0.0.12:1,10.0.0.13:1,10.0.0.14:1,10.0.0.15:1,10.0.0.16:1';
+-- hosts: digits and dots must make an IPv4 address, brackets an IPv6
+-- address, anything else a DNS host name (labels of 1 to 63 letters,
+-- digits and hyphens, not starting or ending with a hyphen; 253 bytes)
+SET redlock.nodes = '127.0.0.256:6379';
+SET redlock.nodes = '127.0.0.1.1:6379';
+SET redlock.nodes = '10.1:6379';
+SET redlock.nodes = '010.0.0.1:6379';
+SET redlock.nodes = '1:1';
+SET redlock.nodes = '[127.0.0.1]:6379';
+SET redlock.nodes = '[::1::2]:6379';
+SET redlock.nodes = '[fe80::1%eth0]:6379';
+SET redlock.nodes = 'redis_1:6379';
+SET redlock.nodes = '-redis:6379';
+SET redlock.nodes = 'redis-.example.com:6379';
+SET redlock.nodes = 'a..b:6379';
+SET redlock.nodes = 'redis.example.com.:6379';
+SET redlock.nodes = 'höst:6379';
+SELECT set_config('redlock.nodes', repeat('a', 64) || '.example:6379', false);
+SELECT set_config('redlock.nodes', repeat(repeat('a', 63) || '.', 3) || repeat('b', 62) || ':6379', false);
 SELECT current_setting('redlock.nodes') = :'all_nodes' AS nodes_unchanged;
+-- and the longest, the shortest and the unusual that are valid
+SELECT set_config('redlock.nodes', repeat(repeat('a', 63) || '.', 3) || repeat('b', 61) || ':1,'
+	|| 'r:2, redis-1.example.com:3, [::1]:4, [::ffff:10.0.0.1]:5, 255.255.255.255:6,'
+	|| '0.0.0.0:7, 1e100.example:8, xn--bcher-kva.example:9, [FE80::1]:10', false) IS NOT NULL AS accepted;
+RESET redlock.nodes;
 SET redlock.connect_timeout = 'soon';
 SET redlock.connect_timeout = 0;
 SET redlock.node_timeout = -1;

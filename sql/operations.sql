@@ -66,7 +66,17 @@ SELECT relname IS NULL AS nameless, rejections FROM redlock_stats_fence WHERE re
 SELECT redlock_stats_reset();
 SELECT acquires + grants + fence_rejections AS after_reset, stats_reset > now() - interval '1 minute' AS reset_now
   FROM redlock_stats WHERE datname = current_database();
-SELECT rejections FROM redlock_stats_fence WHERE relname = 'ops_acct';
+-- the reset empties the table of fenced tables (entries of dropped tables
+-- would otherwise hold it); a table is tracked again at its next rejection
+SELECT count(*) AS fenced_tables_after_reset FROM redlock_stats_fence;
+SELECT pg_temp.outcome($$UPDATE ops_acct SET v = 1, fence_token = 9 WHERE id = 1$$);
+SELECT relname, rejections FROM redlock_stats_fence WHERE relname = 'ops_acct';
+-- the tables' sizes and what did not fit in them (nothing, here)
+SELECT databases_max, tables_max, tables_tracked, database_events_untracked,
+       table_rejections_untracked,
+       stats_reset = (SELECT stats_reset FROM redlock_stats
+                       WHERE datname = current_database()) AS same_reset
+  FROM redlock_stats_info;
 
 -- ---------- node health ----------
 SELECT array_position(string_to_array(current_setting('redlock.nodes'), ','), node) AS n,
@@ -92,6 +102,7 @@ SELECT pg_temp.outcome($$SELECT * FROM redlock_nodes$$);
 -- harmless reads are public
 SELECT count(*) FROM redlock_leases;
 SELECT count(*) > 0 AS sees_stats FROM redlock_stats;
+SELECT count(*) AS sees_stats_info FROM redlock_stats_info;
 -- statistics reset is for superusers
 SELECT pg_temp.outcome($$SELECT redlock_stats_reset()$$);
 -- settings: only superusers set them; the password is hidden

@@ -6,17 +6,27 @@
  * Every setting that decides where locks live or how the nodes are reached
  * is PGC_SUSET.  Bad values are rejected by check hooks when they are set
  * (SET, ALTER SYSTEM + reload, postgresql.conf), so a typo never surfaces
- * later as a puzzling lock failure.
+ * later as a puzzling lock failure.  A bad redlock.nodes from the server
+ * configuration is remembered, so the lease functions can say why no nodes
+ * are set (rl_nodes_rejected_reason()).
+ *
+ * The fence reads redlock.fence_token only when the value in force was set
+ * by the current transaction (rl_fence_token_scope()), which it learns from
+ * the variable's GUC stack.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <limits.h>
+#include <netinet/in.h>
 
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 
 #include "guc.h"
 #include "redlock.h"
@@ -34,10 +44,30 @@ char	   *rl_password = NULL;
 char	   *rl_fence_token_setting = NULL;
 int			rl_max_leases = 1024;
 int			rl_keep_alive_limit_s = 3600;
+int			rl_stats_max_databases = 256;
+int			rl_stats_max_tables = 4096;
 
 static char *rl_nodes_setting = NULL;
 
+/* Our own GUC records, found once when they are defined */
+static struct config_generic *rl_nodes_gconf = NULL;
+static struct config_generic *rl_fence_token_gconf = NULL;
+
+/*
+ * The last redlock.nodes from a configuration source that check_nodes()
+ * refused, as an errdetail text: malloc'd, since check hooks run in the
+ * postmaster too (backends inherit it) and must not throw.
+ */
+static bool rl_nodes_rejected = false;
+static char *rl_nodes_rejected_text = NULL;
+static char rl_nodes_rejected_fallback[RL_NODES_ERRLEN];
+
+/* rl_define_gucs() is running: placeholder values are being applied */
+static bool rl_defining_gucs = false;
+
 #define RL_MAX_CREDENTIAL_LEN	512
+#define RL_MAX_DNS_NAME_LEN		253
+#define RL_MAX_DNS_LABEL_LEN	63
 
 static void *
 rl_guc_malloc(size_t size)
@@ -49,10 +79,138 @@ rl_guc_malloc(size_t size)
 #endif
 }
 
+static bool
+is_ascii_alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		(c >= '0' && c <= '9');
+}
+
+/* Report a character that is not allowed, without printing raw bytes. */
+static void
+bad_host_char(char c, int entry, const char *allowed, char *errbuf,
+			  size_t errlen)
+{
+	if (c > 0x20 && c < 0x7f)
+		snprintf(errbuf, errlen,
+				 "The host of entry %d contains \"%c\"; %s.",
+				 entry, c, allowed);
+	else
+		snprintf(errbuf, errlen,
+				 "The host of entry %d contains the byte 0x%02x; %s.",
+				 entry, (unsigned char) c, allowed);
+}
+
+/*
+ * Check one host of redlock.nodes.  In brackets it must be an IPv6 address;
+ * made only of digits and dots, an IPv4 address (inet_pton: four decimal
+ * parts of 0 to 255, no leading zeros, so nothing reads as octal); anything
+ * else a DNS host name: labels of 1 to 63 letters, digits and hyphens that
+ * neither start nor end with a hyphen, at most 253 bytes in all.  Printable
+ * by the time a message quotes it.
+ */
+static bool
+check_host(const char *host, bool bracketed, int entry, char *errbuf,
+		   size_t errlen)
+{
+	unsigned char addr[sizeof(struct in6_addr)];
+	bool		numeric = true;
+	const char *label;
+
+	if (bracketed)
+	{
+		for (const char *c = host; *c; c++)
+		{
+			if (!isxdigit((unsigned char) *c) && *c != ':' && *c != '.')
+			{
+				bad_host_char(*c, entry,
+							  "an address in brackets must be an IPv6 address",
+							  errbuf, errlen);
+				return false;
+			}
+		}
+		if (inet_pton(AF_INET6, host, addr) != 1)
+		{
+			snprintf(errbuf, errlen,
+					 "The host \"[%s]\" of entry %d is not a valid IPv6 address.",
+					 host, entry);
+			return false;
+		}
+		return true;
+	}
+
+	for (const char *c = host; *c; c++)
+	{
+		if (!is_ascii_alnum(*c) && *c != '-' && *c != '.')
+		{
+			bad_host_char(*c, entry,
+						  "a host name may contain only letters, digits, hyphens and dots (IPv6 addresses go in brackets)",
+						  errbuf, errlen);
+			return false;
+		}
+		if (!(*c >= '0' && *c <= '9') && *c != '.')
+			numeric = false;
+	}
+
+	if (numeric)
+	{
+		if (inet_pton(AF_INET, host, addr) != 1)
+		{
+			snprintf(errbuf, errlen,
+					 "The host \"%s\" of entry %d is not a valid IPv4 address.",
+					 host, entry);
+			return false;
+		}
+		return true;
+	}
+
+	if (strlen(host) > RL_MAX_DNS_NAME_LEN)
+	{
+		snprintf(errbuf, errlen,
+				 "The host name of entry %d is longer than %d bytes.",
+				 entry, RL_MAX_DNS_NAME_LEN);
+		return false;
+	}
+	label = host;
+	for (const char *c = host;; c++)
+	{
+		size_t		len;
+
+		if (*c != '.' && *c != '\0')
+			continue;
+		len = c - label;
+		if (len == 0)
+		{
+			snprintf(errbuf, errlen,
+					 "The host name \"%s\" of entry %d has an empty label.",
+					 host, entry);
+			return false;
+		}
+		if (len > RL_MAX_DNS_LABEL_LEN)
+		{
+			snprintf(errbuf, errlen,
+					 "The host name \"%s\" of entry %d has a label longer than %d bytes.",
+					 host, entry, RL_MAX_DNS_LABEL_LEN);
+			return false;
+		}
+		if (label[0] == '-' || c[-1] == '-')
+		{
+			snprintf(errbuf, errlen,
+					 "The host name \"%s\" of entry %d has a label that starts or ends with a hyphen.",
+					 host, entry);
+			return false;
+		}
+		if (*c == '\0')
+			return true;
+		label = c + 1;
+	}
+}
+
 /*
  * Parse "host:port[, host:port ...]".  IPv6 addresses go in brackets:
- * "[::1]:6379".  Returns false with a message in errbuf on bad input.
- * An empty or all-blank value parses to an empty list (unset).
+ * "[::1]:6379".  Returns false with the reason in errbuf, as a complete
+ * sentence for an errdetail, on bad input.  An empty or all-blank value
+ * parses to an empty list (unset).
  */
 bool
 rl_parse_node_list(const char *value, RlNodeList *out, char *errbuf,
@@ -66,10 +224,11 @@ rl_parse_node_list(const char *value, RlNodeList *out, char *errbuf,
 	{
 		const char *host_start,
 				   *host_end;
-		const char *entry_start;
 		long		port;
 		char	   *endptr;
 		size_t		hostlen;
+		bool		bracketed;
+		int			entry = out->count + 1;
 		RlNodeAddr *node;
 
 		while (isspace((unsigned char) *p))
@@ -78,19 +237,21 @@ rl_parse_node_list(const char *value, RlNodeList *out, char *errbuf,
 			return true;		/* blank: unset */
 		if (*p == '\0' || *p == ',')
 		{
-			snprintf(errbuf, errlen, "entry %d is empty", out->count + 1);
+			snprintf(errbuf, errlen, "Entry %d is empty.", entry);
 			return false;
 		}
-		entry_start = p;
 
-		if (*p == '[')
+		bracketed = (*p == '[');
+		if (bracketed)
 		{
 			host_start = ++p;
-			while (*p && *p != ']')
+			while (*p && *p != ']' && *p != ',')
 				p++;
 			if (*p != ']')
 			{
-				snprintf(errbuf, errlen, "unterminated \"[\" in \"%s\"", entry_start);
+				snprintf(errbuf, errlen,
+						 "Entry %d has a \"[\" without a matching \"]\".",
+						 entry);
 				return false;
 			}
 			host_end = p++;
@@ -106,44 +267,48 @@ rl_parse_node_list(const char *value, RlNodeList *out, char *errbuf,
 		hostlen = host_end - host_start;
 		if (hostlen == 0)
 		{
-			snprintf(errbuf, errlen, "missing host in entry %d", out->count + 1);
+			snprintf(errbuf, errlen, "Entry %d has no host.", entry);
 			return false;
 		}
 		if (hostlen > RL_MAX_HOST_LEN)
 		{
-			snprintf(errbuf, errlen, "host name in entry %d is longer than %d bytes",
-					 out->count + 1, RL_MAX_HOST_LEN);
+			snprintf(errbuf, errlen,
+					 "The host of entry %d is longer than %d bytes.",
+					 entry, RL_MAX_HOST_LEN);
 			return false;
 		}
-		for (const char *c = host_start; c < host_end; c++)
+		if (out->count >= RL_MAX_NODES)
 		{
-			if (!isalnum((unsigned char) *c) && *c != '.' && *c != '-' &&
-				*c != '_' && *c != ':')
-			{
-				snprintf(errbuf, errlen, "invalid character \"%c\" in host of entry %d",
-						 *c, out->count + 1);
-				return false;
-			}
+			snprintf(errbuf, errlen, "The list has more than %d entries.",
+					 RL_MAX_NODES);
+			return false;
 		}
+		node = &out->nodes[out->count];
+		memcpy(node->host, host_start, hostlen);
+		node->host[hostlen] = '\0';
+		if (!check_host(node->host, bracketed, entry, errbuf, errlen))
+			return false;
 
 		if (*p != ':')
 		{
-			snprintf(errbuf, errlen, "entry %d has no port (expected host:port)",
-					 out->count + 1);
+			snprintf(errbuf, errlen,
+					 "Entry %d has no port (expected host:port).", entry);
 			return false;
 		}
 		p++;
 		if (!isdigit((unsigned char) *p))
 		{
-			snprintf(errbuf, errlen, "entry %d has an invalid port", out->count + 1);
+			snprintf(errbuf, errlen, "The port of entry %d is not a number.",
+					 entry);
 			return false;
 		}
 		errno = 0;
 		port = strtol(p, &endptr, 10);
 		if (errno != 0 || port < 1 || port > 65535)
 		{
-			snprintf(errbuf, errlen, "port of entry %d is out of range (1..65535)",
-					 out->count + 1);
+			snprintf(errbuf, errlen,
+					 "The port of entry %d is out of range (1 to 65535).",
+					 entry);
 			return false;
 		}
 		p = endptr;
@@ -151,19 +316,15 @@ rl_parse_node_list(const char *value, RlNodeList *out, char *errbuf,
 			p++;
 		if (*p != ',' && *p != '\0')
 		{
-			snprintf(errbuf, errlen, "unexpected \"%c\" after the port of entry %d",
-					 *p, out->count + 1);
+			if (*p > 0x20 && *p < 0x7f)
+				snprintf(errbuf, errlen,
+						 "Entry %d has \"%c\" after its port.", entry, *p);
+			else
+				snprintf(errbuf, errlen,
+						 "Entry %d has the byte 0x%02x after its port.",
+						 entry, (unsigned char) *p);
 			return false;
 		}
-
-		if (out->count >= RL_MAX_NODES)
-		{
-			snprintf(errbuf, errlen, "more than %d nodes", RL_MAX_NODES);
-			return false;
-		}
-		node = &out->nodes[out->count];
-		memcpy(node->host, host_start, hostlen);
-		node->host[hostlen] = '\0';
 		node->port = (int) port;
 
 		for (int i = 0; i < out->count; i++)
@@ -171,8 +332,9 @@ rl_parse_node_list(const char *value, RlNodeList *out, char *errbuf,
 			if (out->nodes[i].port == node->port &&
 				pg_strcasecmp(out->nodes[i].host, node->host) == 0)
 			{
-				snprintf(errbuf, errlen, "node %s:%d is listed twice",
-						 node->host, node->port);
+				snprintf(errbuf, errlen, "The node %s%s%s:%d is listed twice.",
+						 bracketed ? "[" : "", node->host,
+						 bracketed ? "]" : "", node->port);
 				return false;
 			}
 		}
@@ -184,18 +346,108 @@ rl_parse_node_list(const char *value, RlNodeList *out, char *errbuf,
 	}
 }
 
+/* Where a value from a configuration source came from, for messages. */
+static const char *
+config_source_name(GucSource source)
+{
+	switch (source)
+	{
+		case PGC_S_FILE:
+			return "the configuration file";
+		case PGC_S_ARGV:
+			return "the server command line";
+		case PGC_S_GLOBAL:
+		case PGC_S_DATABASE:
+		case PGC_S_USER:
+		case PGC_S_DATABASE_USER:
+			return "ALTER ROLE or ALTER DATABASE settings";
+		case PGC_S_CLIENT:
+			return "the connection request";
+		default:
+			return "the server configuration";
+	}
+}
+
+static void
+nodes_forget_rejection(void)
+{
+	rl_nodes_rejected = false;
+	free(rl_nodes_rejected_text);
+	rl_nodes_rejected_text = NULL;
+}
+
+#define RL_NODES_REJECTED_FMT \
+	"The value \"%s\" of redlock.nodes from %s was rejected, so the previous value stays in force. %s"
+
+static void
+nodes_remember_rejection(const char *value, const char *why, GucSource source)
+{
+	const char *from = config_source_name(source);
+	size_t		len;
+
+	nodes_forget_rejection();
+	rl_nodes_rejected = true;
+	if (value == NULL)
+		value = "";
+	len = sizeof(RL_NODES_REJECTED_FMT) + strlen(value) + strlen(from) + strlen(why);
+	rl_nodes_rejected_text = malloc(len);
+	if (rl_nodes_rejected_text != NULL)
+		snprintf(rl_nodes_rejected_text, len, RL_NODES_REJECTED_FMT,
+				 value, from, why);
+	else
+		snprintf(rl_nodes_rejected_fallback, sizeof(rl_nodes_rejected_fallback),
+				 "The value of redlock.nodes from %s was rejected. %s", from, why);
+}
+
+const char *
+rl_nodes_rejected_reason(void)
+{
+	if (!rl_nodes_rejected)
+		return NULL;
+	/* a value set in this session was never the configured one */
+	if (rl_nodes_gconf != NULL && rl_nodes_gconf->source >= PGC_S_INTERACTIVE)
+		return NULL;
+	return rl_nodes_rejected_text ? rl_nodes_rejected_text :
+		rl_nodes_rejected_fallback;
+}
+
 static bool
 check_nodes(char **newval, void **extra, GucSource source)
 {
 	RlNodeList	parsed;
-	char		errbuf[256];
+	char		errbuf[RL_NODES_ERRLEN];
 	RlNodeList *copy;
+	bool		from_config;
+
+	/*
+	 * A value from a configuration source (postgresql.conf, the command
+	 * line, ALTER ROLE/DATABASE SET, the connection request) that is
+	 * refused leaves the previous value in force, often the empty default,
+	 * with nothing but a line in the server log: remember why, for the lease
+	 * functions' error; a valid value from such a source forgets it.
+	 * Interactive SET and PGC_S_TEST (validating ALTER ROLE/DATABASE SET)
+	 * report the error to the user directly and change nothing.
+	 *
+	 * ALTER SYSTEM and pg_file_settings check values as PGC_S_FILE too, but
+	 * inside a transaction, where the configuration file is never applied
+	 * except to the placeholder values of a library being loaded (here,
+	 * while rl_define_gucs() runs): those checks leave the record alone.
+	 *
+	 * Not seen here: a refused line that is removed from postgresql.conf
+	 * (PostgreSQL re-checks only settings still in the file, and one whose
+	 * value came from the file), so that refusal is remembered until a
+	 * restart or a valid value.
+	 */
+	from_config = source < PGC_S_INTERACTIVE &&
+		!(source == PGC_S_FILE && IsTransactionState() && !rl_defining_gucs);
 
 	if (!rl_parse_node_list(*newval, &parsed, errbuf, sizeof(errbuf)))
 	{
-		GUC_check_errmsg("invalid value for parameter \"redlock.nodes\": %s", errbuf);
+		GUC_check_errdetail("%s", errbuf);
 		GUC_check_errhint("Give 1 to %d independent Redis masters as a comma-separated list of host:port, e.g. '10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379'.",
 						  RL_MAX_NODES);
+		if (from_config)
+			nodes_remember_rejection(*newval, errbuf, source);
 		return false;
 	}
 	copy = rl_guc_malloc(sizeof(RlNodeList));
@@ -203,6 +455,8 @@ check_nodes(char **newval, void **extra, GucSource source)
 		return false;
 	memcpy(copy, &parsed, sizeof(RlNodeList));
 	*extra = copy;
+	if (from_config)
+		nodes_forget_rejection();
 	return true;
 }
 
@@ -224,7 +478,7 @@ check_key_prefix(char **newval, void **extra, GucSource source)
 
 	if (len == 0 || len > RL_MAX_KEY_PREFIX_LEN)
 	{
-		GUC_check_errdetail("redlock.key_prefix must be 1 to %d bytes long.",
+		GUC_check_errdetail("The key prefix must be 1 to %d bytes long.",
 							RL_MAX_KEY_PREFIX_LEN);
 		return false;
 	}
@@ -233,7 +487,7 @@ check_key_prefix(char **newval, void **extra, GucSource source)
 		if ((unsigned char) *c < 0x21 || (unsigned char) *c > 0x7e ||
 			*c == '*' || *c == '?' || *c == '[' || *c == ']' || *c == '\\')
 		{
-			GUC_check_errdetail("redlock.key_prefix may contain only printable ASCII characters other than space, \"*\", \"?\", \"[\", \"]\" and \"\\\".");
+			GUC_check_errdetail("The key prefix may contain only printable ASCII characters other than space, \"*\", \"?\", \"[\", \"]\" and \"\\\".");
 			return false;
 		}
 	}
@@ -284,15 +538,78 @@ check_fence_token(char **newval, void **extra, GucSource source)
 	v = strtoll(s, &end, 10);
 	if (errno != 0 || end == s || *end != '\0' || v <= 0 || !isdigit((unsigned char) s[0]))
 	{
-		GUC_check_errdetail("redlock.fence_token must be a positive bigint (1 to 9223372036854775807), or empty.");
+		GUC_check_errdetail("The token must be a positive bigint (1 to 9223372036854775807), or empty.");
 		return false;
 	}
 	return true;
 }
 
+/*
+ * Our own GUC record, to read its source and stack.  PostgreSQL 16 exports
+ * find_option(); before that, the sorted array of all records is searched.
+ * A custom variable's record stays where it is once defined.
+ */
+static struct config_generic *
+find_own_guc(const char *name)
+{
+#if PG_VERSION_NUM >= 160000
+	return find_option(name, false, true, ERROR);
+#else
+	struct config_generic **vars = get_guc_variables();
+	int			nvars = GetNumConfigOptions();
+
+	for (int i = 0; i < nvars; i++)
+	{
+		if (strcmp(vars[i]->name, name) == 0)
+			return vars[i];
+	}
+	return NULL;
+#endif
+}
+
+/*
+ * Where the value of redlock.fence_token in force comes from.  A GUC has a
+ * stack entry only while it was changed in the current transaction (each
+ * subtransaction and each function with a SET clause opens a nest level;
+ * AtEOXact_GUC() pops or merges the entries when they end).  The newest
+ * entry tells how the value in force was set at its level:
+ *
+ *	GUC_LOCAL		SET LOCAL or set_config(..., true): undone at the end of
+ *					the transaction at the latest
+ *	GUC_SET_LOCAL	SET, then SET LOCAL at the same level: the value in force
+ *					is the LOCAL one; the SET value comes back at commit
+ *	GUC_SAVE		a function's SET clause: undone when the function returns
+ *	GUC_SET			SET without LOCAL: kept after commit
+ *
+ * This stays exact across subtransactions: a RELEASE merges the entry into
+ * its parent's level with the same meaning (a plain SET makes the parent's
+ * entry GUC_SET; a LOCAL one over a parent's SET makes it GUC_SET_LOCAL),
+ * and a rollback to a savepoint restores the value and entries from before
+ * it.  Without a stack entry the value was set outside this transaction: a
+ * session SET in an earlier one, ALTER ROLE/DATABASE SET, the connection
+ * request or the server configuration.  So is a value that SET LOCAL ... TO
+ * DEFAULT or RESET brought back: its source is then the configuration's,
+ * below PGC_S_INTERACTIVE.
+ */
+RlTokenScope
+rl_fence_token_scope(void)
+{
+	struct config_generic *gconf = rl_fence_token_gconf;
+
+	if (rl_fence_token_setting == NULL || rl_fence_token_setting[0] == '\0')
+		return RL_TOKEN_UNSET;
+	if (gconf == NULL || gconf->stack == NULL ||
+		gconf->source < PGC_S_INTERACTIVE)
+		return RL_TOKEN_OUTSIDE;
+	if (gconf->stack->state == GUC_SET)
+		return RL_TOKEN_PLAIN_SET;
+	return RL_TOKEN_TRANSACTION;
+}
+
 void
 rl_define_gucs(void)
 {
+	rl_defining_gucs = true;
 	DefineCustomStringVariable("redlock.nodes",
 							   "Redis masters holding the leases, as a comma-separated host:port list.",
 							   "Use 1 to 15 independent masters; an odd number tolerates the most failures.",
@@ -375,16 +692,40 @@ rl_define_gucs(void)
 							   check_credential, assign_credential, NULL);
 
 	DefineCustomStringVariable("redlock.fence_token",
-							   "Fencing token offered by writes in this transaction (use SET LOCAL).",
-							   "Read by the redlock_fence() trigger for DELETE and for UPDATEs that leave the token column unchanged.",
+							   "Fencing token offered by writes in this transaction (set it with SET LOCAL).",
+							   "Read by the redlock_fence() trigger for DELETE, for INSERTs that leave the token column NULL and for UPDATEs that leave it unchanged.  Only a token set in the current transaction (SET LOCAL, set_config(..., true), a function's SET clause) is accepted.",
 							   &rl_fence_token_setting,
 							   "",
 							   PGC_USERSET,
 							   0,
 							   check_fence_token, NULL, NULL);
 
-	/* a startup-only setting can only be defined while preloading */
+	/*
+	 * The statistics tables and the lock table live in shared memory, so
+	 * their sizes are fixed at server start; PostgreSQL allows
+	 * PGC_POSTMASTER variables only to libraries in shared_preload_libraries,
+	 * which they need anyway.
+	 */
 	if (process_shared_preload_libraries_in_progress)
+	{
+		DefineCustomIntVariable("redlock.stats_max_databases",
+								"Number of databases whose lease statistics are kept in shared memory.",
+								"Events of further databases are counted only in redlock_stats_info.database_events_untracked.",
+								&rl_stats_max_databases,
+								256, 1, 65536,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
+		DefineCustomIntVariable("redlock.stats_max_tables",
+								"Number of tables whose fence rejections are kept in shared memory.",
+								"Rejections on further tables are counted only in redlock_stats_info.table_rejections_untracked; redlock_stats_reset() empties the table.",
+								&rl_stats_max_tables,
+								4096, 1, 1048576,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
 		DefineCustomIntVariable("redlock.max_leases",
 								"Leases held or awaited at once on this server that the lock table can hold.",
 								"The lock table (redlock_locks, wake-ups at release, keep-alive) needs redlock in shared_preload_libraries.",
@@ -393,6 +734,7 @@ rl_define_gucs(void)
 								PGC_POSTMASTER,
 								0,
 								NULL, NULL, NULL);
+	}
 
 	DefineCustomIntVariable("redlock.keep_alive_limit",
 							"Longest time the keep-alive worker extends a lease after it was granted.",
@@ -404,4 +746,10 @@ rl_define_gucs(void)
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("redlock");
+	rl_defining_gucs = false;
+
+	rl_nodes_gconf = find_own_guc("redlock.nodes");
+	rl_fence_token_gconf = find_own_guc("redlock.fence_token");
+	if (rl_nodes_gconf == NULL || rl_fence_token_gconf == NULL)
+		elog(ERROR, "redlock could not find its own configuration variables");
 }

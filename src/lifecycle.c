@@ -21,6 +21,7 @@
 #include "storage/ipc.h"
 #include "tcop/utility.h"
 
+#include "guc.h"
 #include "lifecycle.h"
 #include "registry.h"
 
@@ -73,6 +74,12 @@ rl_nodes_ready(void)
 		rl_nodes_apply_config();
 	}
 
+	if (rl_nodes_count() == 0 && rl_nodes_rejected_reason() != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_CONFIG),
+				 errmsg("invalid value for parameter \"redlock.nodes\" in the server configuration"),
+				 errdetail("%s", rl_nodes_rejected_reason()),
+				 errhint("Correct redlock.nodes in the server configuration and reload it.")));
 	if (rl_nodes_count() == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_REDLOCK_CONFIG),
