@@ -4,6 +4,7 @@ MODULE_big = redlock
 OBJS = \
 	src/redlock.o \
 	src/guc.o \
+	src/node_list.o \
 	src/quorum.o \
 	src/node_conn.o \
 	src/node_pipeline.o \
