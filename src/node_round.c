@@ -321,6 +321,28 @@ wait_in_poll(long timeout_ms, RlReady *ready)
 	return n;
 }
 
+/* Connect, write and read on the sockets that are ready. */
+static void
+serve_ready(RlReady *ready, int nready, RlRequest *req)
+{
+	for (int e = 0; e < nready; e++)
+	{
+		RlNode	   *node = ready[e].node;
+
+		if (node->ctx == NULL)
+			continue;			/* its socket was closed in this batch */
+		if (node->state == RL_CONN_CONNECTING)
+		{
+			node_connect_done(node, req);
+			continue;
+		}
+		if (ready[e].writable && node->want_write)
+			pipeline_write(node, req);
+		if (node->ctx != NULL && ready[e].readable)
+			pipeline_read(node, req);
+	}
+}
+
 /* When node i's pending answer in this round is due. */
 static int64_t
 node_deadline(RlNode *node)
@@ -423,22 +445,7 @@ round_wait(RlRequest *req)
 		else
 			nready = wait_in_event_set(timeout_ms, ready);
 
-		for (int e = 0; e < nready; e++)
-		{
-			RlNode	   *node = ready[e].node;
-
-			if (node->ctx == NULL)
-				continue;		/* its socket was closed in this batch */
-			if (node->state == RL_CONN_CONNECTING)
-			{
-				node_connect_done(node, req);
-				continue;
-			}
-			if (ready[e].writable && node->want_write)
-				pipeline_write(node, req);
-			if (node->ctx != NULL && ready[e].readable)
-				pipeline_read(node, req);
-		}
+		serve_ready(ready, nready, req);
 	}
 }
 
@@ -523,22 +530,7 @@ rl_nodes_drain(int64_t deadline_us)
 			return;
 
 		nready = wait_in_poll((long) ((deadline_us - now + 999) / 1000), ready);
-		for (int e = 0; e < nready; e++)
-		{
-			RlNode	   *node = ready[e].node;
-
-			if (node->ctx == NULL)
-				continue;
-			if (node->state == RL_CONN_CONNECTING)
-			{
-				node_connect_done(node, NULL);
-				continue;
-			}
-			if (ready[e].writable && node->want_write)
-				pipeline_write(node, NULL);
-			if (node->ctx != NULL && ready[e].readable)
-				pipeline_read(node, NULL);
-		}
+		serve_ready(ready, nready, NULL);
 	}
 }
 
