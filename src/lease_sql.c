@@ -253,6 +253,7 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 	int			slot;
 	RlRequest	req;
 	bool		asked = false;
+	bool		announced = false;
 
 	resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
@@ -292,10 +293,17 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 	keylen = rl_lock_key(key, resource);
 	started_us = rl_now_us();
 	rl_stats_count(RL_STAT_ACQUIRES);
-	slot = rl_registry_begin_acquire(resource);
+	slot = rl_registry_begin_acquire(resource, key);
 	for (;;)
 	{
 		RlAttempt	r;
+
+		/* waiting: the wake-up worker listens for releases on other servers */
+		if (asked && !try_only && !announced)
+		{
+			rl_lock_table_wake_worker(RL_WORKER_WAKEUP);
+			announced = true;
+		}
 
 		/* first come, first served among the waiters of this server */
 		if (!try_only && !rl_lock_table_first_waiter(slot))

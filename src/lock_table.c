@@ -72,7 +72,7 @@ typedef struct RlSlot
 typedef struct RlLockTable
 {
 	LWLock	   *lock;
-	int			worker_procno;	/* the keep-alive worker's, or -1 */
+	int			worker_procno[RL_NWORKERS];	/* each worker's, or -1 */
 	uint64		next_seq;
 	int			nslots;
 	RlSlot		slots[FLEXIBLE_ARRAY_MEMBER];
@@ -114,7 +114,8 @@ table_shmem_startup(void)
 		rl_table->lock = &(GetNamedLWLockTranche("redlock locks"))->lock;
 		rl_table->nslots = rl_max_leases;
 		rl_table->next_seq = 1;
-		rl_table->worker_procno = -1;
+		for (int i = 0; i < RL_NWORKERS; i++)
+			rl_table->worker_procno[i] = -1;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -156,27 +157,85 @@ latch_of(int procno)
 #endif
 }
 
-/* The keep-alive worker announces itself (-1: it is exiting). */
+/* A worker announces itself (running = false: it is exiting). */
 void
-rl_lock_table_set_worker(bool running)
+rl_lock_table_set_worker(RlWorkerRole role, bool running)
 {
 	if (rl_table == NULL)
 		return;
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	rl_table->worker_procno = running ? my_procno() : -1;
+	rl_table->worker_procno[role] = running ? my_procno() : -1;
 	LWLockRelease(rl_table->lock);
 }
 
-/* A keep-alive lease appeared: let the worker look now. */
+/* Something for a worker to do: a keep-alive lease, a new waiter. */
 void
-rl_lock_table_wake_worker(void)
+rl_lock_table_wake_worker(RlWorkerRole role)
 {
 	int			procno;
 
 	if (rl_table == NULL)
 		return;
 	LWLockAcquire(rl_table->lock, LW_SHARED);
-	procno = rl_table->worker_procno;
+	procno = rl_table->worker_procno[role];
+	LWLockRelease(rl_table->lock);
+	if (procno >= 0)
+		SetLatch(latch_of(procno));
+}
+
+/*
+ * For the wake-up worker: the distinct lock keys that backends of this
+ * server wait for, up to max, in keys[] (each RL_KEY_MAX + 1 bytes).
+ */
+int
+rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
+{
+	int			n = 0;
+
+	if (rl_table == NULL)
+		return 0;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	for (int i = 0; i < rl_table->nslots && n < max; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+		bool		seen = false;
+
+		if (!s->in_use || s->granted)
+			continue;
+		for (int k = 0; k < n && !seen; k++)
+			seen = strcmp(keys[k], s->key) == 0;
+		if (!seen)
+			strlcpy(keys[n++], s->key, RL_KEY_MAX + 1);
+	}
+	LWLockRelease(rl_table->lock);
+	return n;
+}
+
+/*
+ * A lease on key was released on some server (the wake-up worker heard it
+ * from a node): wake the first waiter for it here.
+ */
+void
+rl_lock_table_wake_key(const char *key, size_t keylen)
+{
+	int			first = -1;
+	int			procno = -1;
+
+	if (rl_table == NULL || keylen > RL_KEY_MAX)
+		return;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	for (int i = 0; i < rl_table->nslots; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (!s->in_use || s->granted || strlen(s->key) != keylen ||
+			memcmp(s->key, key, keylen) != 0)
+			continue;
+		if (first < 0 || s->wait_seq < rl_table->slots[first].wait_seq)
+			first = i;
+	}
+	if (first >= 0)
+		procno = rl_table->slots[first].procno;
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
 		SetLatch(latch_of(procno));
@@ -187,7 +246,7 @@ rl_lock_table_wake_worker(void)
  * Returns -1 without the table; raises when the table is full.
  */
 int
-rl_lock_table_enter(const char *resource)
+rl_lock_table_enter(const char *resource, const char *key)
 {
 	int			slot = -1;
 
@@ -210,6 +269,7 @@ rl_lock_table_enter(const char *resource)
 		s->wait_seq = rl_table->next_seq++;
 		s->waitstart = GetCurrentTimestamp();
 		strlcpy(s->resource, resource, sizeof(s->resource));
+		strlcpy(s->key, key, sizeof(s->key));
 		slot = i;
 		break;
 	}
@@ -251,7 +311,7 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 	strlcpy(s->key, g->key, sizeof(s->key));
 	LWLockRelease(rl_table->lock);
 	if (g->keep_alive)
-		rl_lock_table_wake_worker();
+		rl_lock_table_wake_worker(RL_WORKER_KEEPALIVE);
 }
 
 /* Holds, validity (an extend) or keep-alive changed. */
@@ -281,7 +341,7 @@ rl_lock_table_update(int slot, int scopes, int64_t valid_until_us,
 	}
 	LWLockRelease(rl_table->lock);
 	if (wake)
-		rl_lock_table_wake_worker();
+		rl_lock_table_wake_worker(RL_WORKER_KEEPALIVE);
 }
 
 /*

@@ -38,10 +38,19 @@ typedef struct RlKeepAlive
 } RlKeepAlive;
 
 extern void rl_lock_table_init(void);
-extern void rl_lock_table_set_worker(bool running);
-extern void rl_lock_table_wake_worker(void);
+typedef enum RlWorkerRole
+{
+	RL_WORKER_KEEPALIVE,
+	RL_WORKER_WAKEUP,
+	RL_NWORKERS
+} RlWorkerRole;
+
+extern void rl_lock_table_set_worker(RlWorkerRole role, bool running);
+extern void rl_lock_table_wake_worker(RlWorkerRole role);
+extern int	rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max);
+extern void rl_lock_table_wake_key(const char *key, size_t keylen);
 extern bool rl_lock_table_enabled(void);
-extern int	rl_lock_table_enter(const char *resource);
+extern int	rl_lock_table_enter(const char *resource, const char *key);
 extern void rl_lock_table_granted(int slot, const RlTableGrant *g);
 extern void rl_lock_table_update(int slot, int scopes, int64_t valid_until_us,
 								 int ttl_ms, bool keep_alive);

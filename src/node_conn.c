@@ -97,6 +97,19 @@ rl_node_name(int i)
 	return rl_nodes[i].name;
 }
 
+/* Changes whenever node i gets a new connection (pub/sub: subscribe again). */
+uint64_t
+rl_node_connection_serial(int i)
+{
+	return rl_nodes[i].serial;
+}
+
+bool
+rl_node_connected(int i)
+{
+	return rl_nodes[i].ctx != NULL;
+}
+
 int
 rl_nodes_open_connections(void)
 {
@@ -264,6 +277,7 @@ node_connect(RlNode *node, RlRequest *req)
 	}
 	ctx->reader->fn = &rl_reply_functions;
 	node->ctx = ctx;
+	node->serial++;
 	node->state = RL_CONN_CONNECTING;
 	node->connect_deadline_us = rl_now_us() + (int64_t) rl_connect_timeout_ms * 1000;
 	node->want_write = true;

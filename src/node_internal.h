@@ -37,6 +37,7 @@ typedef struct RlNode
 	char		name[RL_MAX_HOST_LEN + 16];
 	redisContext *ctx;
 	bool		fd_reserved;	/* AcquireExternalFD() done for ctx's socket */
+	uint64_t	serial;			/* counts the connections opened */
 	RlConnState state;
 	bool		want_write;		/* hiredis holds unsent output */
 	int64_t		connect_deadline_us;
@@ -45,6 +46,7 @@ typedef struct RlNode
 	int			backoff_ms;
 	char		last_error[128];
 	bool		reported_down;	/* we logged that it stopped answering */
+	bool		push_refused;	/* we logged a refused subscription */
 
 	/* must-deliver commands not yet sent, sent first on the next connection */
 	char	   *kept_cmd[RL_MAX_KEPT];

@@ -100,10 +100,10 @@ rl_registry_forget(RlLease *lease)
  * abort path if an error ends it.  -1 without the lock table.
  */
 int
-rl_registry_begin_acquire(const char *resource)
+rl_registry_begin_acquire(const char *resource, const char *key)
 {
 	Assert(rl_acquiring_slot < 0);
-	rl_acquiring_slot = rl_lock_table_enter(resource);
+	rl_acquiring_slot = rl_lock_table_enter(resource, key);
 	return rl_acquiring_slot;
 }
 

@@ -1,8 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  The keep-alive worker: a background worker that extends leases taken
- *	  with keep_alive => true while the backend that holds them lives.
+ *	  The background workers: keep-alive (extends leases taken with
+ *	  keep_alive => true while the backend that holds them lives) and
+ *	  wake-up (wakes local waiters when a lease is released on another
+ *	  server).
  *
  * Registered when redlock is in shared_preload_libraries.  Every third of
  * a lease's TTL it extends the lease on a majority of nodes (owner-checked,
@@ -16,6 +18,13 @@
  * the whole server through crash recovery, which restarts the worker on a
  * fresh table: a crashed holder's lease still ends within one TTL.
  *
+ * The wake-up worker subscribes, on every node, to the channels of the lock
+ * keys that backends of this server wait for; every release publishes on
+ * its key's channel (protocol.c), so a release on any server sharing the
+ * nodes wakes the first local waiter at once.  A missed message (a node
+ * down, the worker restarting) costs latency only: waiters still wake at
+ * redlock.retry_delay.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -28,6 +37,7 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "lifecycle.h"
 #include "lock_table.h"
@@ -38,29 +48,68 @@
 #define RL_WORKER_BATCH	64		/* leases extended per look at the table */
 
 PGDLLEXPORT void redlock_worker_main(Datum main_arg);
+PGDLLEXPORT void redlock_wakeup_main(Datum main_arg);
 
-void
-rl_worker_register(void)
+static void
+register_one(const char *function, const char *name, const char *type)
 {
 	BackgroundWorker worker;
 
-	if (!process_shared_preload_libraries_in_progress)
-		return;
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 1;
 	strlcpy(worker.bgw_library_name, "redlock", BGW_MAXLEN);
-	strlcpy(worker.bgw_function_name, "redlock_worker_main", BGW_MAXLEN);
-	strlcpy(worker.bgw_name, "redlock keep-alive worker", BGW_MAXLEN);
-	strlcpy(worker.bgw_type, "redlock keep-alive", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, function, BGW_MAXLEN);
+	strlcpy(worker.bgw_name, name, BGW_MAXLEN);
+	strlcpy(worker.bgw_type, type, BGW_MAXLEN);
 	RegisterBackgroundWorker(&worker);
+}
+
+void
+rl_worker_register(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	register_one("redlock_worker_main", "redlock keep-alive worker",
+				 "redlock keep-alive");
+	register_one("redlock_wakeup_main", "redlock wake-up worker",
+				 "redlock wake-up");
 }
 
 static void
 worker_exit(int code, Datum arg)
 {
-	rl_lock_table_set_worker(false);
+	rl_lock_table_set_worker((RlWorkerRole) DatumGetInt32(arg), false);
+}
+
+/* Both workers: signals, no database, announced in the lock table. */
+static void
+worker_start(RlWorkerRole role)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	/* no database: this only makes the worker visible in pg_stat_activity */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	before_shmem_exit(worker_exit, Int32GetDatum(role));
+	rl_lock_table_set_worker(role, true);
+}
+
+static void
+worker_reload_config(void)
+{
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+}
+
+static bool
+nodes_configured(void)
+{
+	return rl_node_list != NULL && rl_node_list->count > 0;
 }
 
 /* Extend one lease; record the outcome in the lock table. */
@@ -95,14 +144,7 @@ keep_alive(const RlKeepAlive *k)
 void
 redlock_worker_main(Datum main_arg)
 {
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	/* no database: this only makes the worker visible in pg_stat_activity */
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-
-	before_shmem_exit(worker_exit, (Datum) 0);
-	rl_lock_table_set_worker(true);
+	worker_start(RL_WORKER_KEEPALIVE);
 
 	for (;;)
 	{
@@ -112,14 +154,10 @@ redlock_worker_main(Datum main_arg)
 		long		sleep_ms;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+		worker_reload_config();
 
 		n = rl_lock_table_due(due, RL_WORKER_BATCH, &next_us);
-		if (n > 0 && rl_node_list != NULL && rl_node_list->count > 0)
+		if (n > 0 && nodes_configured())
 		{
 			rl_nodes_ready();
 			for (int i = 0; i < n; i++)
@@ -131,5 +169,126 @@ redlock_worker_main(Datum main_arg)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(sleep_ms, 1000), rl_wait_event_lease());
 		ResetLatch(MyLatch);
+	}
+}
+
+/* ---------- the wake-up worker ---------- */
+
+static void
+on_release(const char *channel, size_t len)
+{
+	rl_lock_table_wake_key(channel, len);
+}
+
+/* (UN)SUBSCRIBE the keys on the nodes not skipped; no reply is owed. */
+static void
+send_subscription(const char *verb, char (*keys)[RL_KEY_MAX + 1], int nkeys,
+				  const bool *skip)
+{
+	RlRequest	req;
+	const char **argv = palloc(sizeof(char *) * (nkeys + 1));
+	size_t	   *argvlen = palloc(sizeof(size_t) * (nkeys + 1));
+
+	argv[0] = verb;
+	argvlen[0] = strlen(verb);
+	for (int i = 0; i < nkeys; i++)
+	{
+		argv[i + 1] = keys[i];
+		argvlen[i + 1] = strlen(keys[i]);
+	}
+	memset(&req, 0, sizeof(req));
+	req.reply_kind = RL_REPLY_STATUS;
+	req.goal = RL_GOAL_ALL;
+	req.no_reply = true;
+	req.argc = nkeys + 1;
+	req.argv = argv;
+	req.argvlen = argvlen;
+	memcpy(req.skip, skip, sizeof(req.skip));
+	rl_nodes_send(&req);
+	pfree(argv);
+	pfree(argvlen);
+}
+
+/* keys in a[] that are not in b[], into out[] */
+static int
+keys_minus(char (*a)[RL_KEY_MAX + 1], int na, char (*b)[RL_KEY_MAX + 1], int nb,
+		   char (*out)[RL_KEY_MAX + 1])
+{
+	int			n = 0;
+
+	for (int i = 0; i < na; i++)
+	{
+		bool		found = false;
+
+		for (int k = 0; k < nb && !found; k++)
+			found = strcmp(a[i], b[k]) == 0;
+		if (!found)
+			strlcpy(out[n++], a[i], RL_KEY_MAX + 1);
+	}
+	return n;
+}
+
+void
+redlock_wakeup_main(Datum main_arg)
+{
+	char		(*wanted)[RL_KEY_MAX + 1];
+	char		(*subscribed)[RL_KEY_MAX + 1];
+	char		(*diff)[RL_KEY_MAX + 1];
+	int			nsubscribed = 0;
+	uint64_t	serials[RL_MAX_NODES] = {0};
+
+	worker_start(RL_WORKER_WAKEUP);
+	wanted = MemoryContextAlloc(TopMemoryContext, (Size) rl_max_leases * (RL_KEY_MAX + 1));
+	subscribed = MemoryContextAlloc(TopMemoryContext, (Size) rl_max_leases * (RL_KEY_MAX + 1));
+	diff = MemoryContextAlloc(TopMemoryContext, (Size) rl_max_leases * (RL_KEY_MAX + 1));
+	rl_nodes_set_push_handler(on_release);
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		worker_reload_config();
+
+		if (nodes_configured())
+		{
+			int			nwanted;
+			int			n;
+			bool		skip[RL_MAX_NODES];
+			bool		fresh = false;
+
+			if (rl_nodes_config_changed())
+				nsubscribed = 0;	/* new connections: subscribe anew */
+			rl_nodes_ready();
+			nwanted = rl_lock_table_awaited_keys(wanted, rl_max_leases);
+
+			/*
+			 * Nodes that reconnected lost their subscriptions, and nodes
+			 * without a connection (down, or restarted) get one by being
+			 * sent the subscriptions again, once out of backoff.
+			 */
+			for (int i = 0; i < rl_nodes_count(); i++)
+			{
+				skip[i] = rl_node_connection_serial(i) == serials[i] &&
+					rl_node_connected(i);
+				fresh |= !skip[i];
+			}
+			if (fresh && nsubscribed > 0)
+				send_subscription("SUBSCRIBE", subscribed, nsubscribed, skip);
+
+			/* new keys on every node, keys no longer awaited dropped */
+			memset(skip, 0, sizeof(skip));
+			n = keys_minus(wanted, nwanted, subscribed, nsubscribed, diff);
+			if (n > 0)
+				send_subscription("SUBSCRIBE", diff, n, skip);
+			n = keys_minus(subscribed, nsubscribed, wanted, nwanted, diff);
+			if (n > 0)
+				send_subscription("UNSUBSCRIBE", diff, n, skip);
+			memcpy(subscribed, wanted, (Size) nwanted * (RL_KEY_MAX + 1));
+			nsubscribed = nwanted;
+			for (int i = 0; i < rl_nodes_count(); i++)
+				serials[i] = rl_node_connection_serial(i);
+		}
+
+		/* messages, or a new waiter (the latch), or a look every second */
+		rl_nodes_wait_pushes(1000);
 	}
 }
