@@ -23,6 +23,7 @@
 #include "lifecycle.h"
 #include "nodes.h"
 #include "protocol.h"
+#include "lease_sql.h"
 
 #define RL_HEALTH_COLUMNS 9
 
@@ -172,28 +173,17 @@ redlock_holder(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char		key[RL_KEY_MAX + 1];
-	text	   *t;
-	char	   *resource;
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
 	RlRequest	req;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("resource name must not be NULL")));
-	t = PG_GETARG_TEXT_PP(0);
-	if (VARSIZE_ANY_EXHDR(t) == 0 || VARSIZE_ANY_EXHDR(t) > RL_MAX_RESOURCE_LEN)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("resource name must be 1 to %d bytes long", RL_MAX_RESOURCE_LEN)));
-	resource = text_to_cstring(t);
-
+	rl_resource_arg(fcinfo, 0, resource);
 	InitMaterializedSRF(fcinfo, 0);
 	rl_nodes_ready();
 	rl_proto_holder(key, rl_lock_key(key, resource), &req);
 
 	for (int i = 0; i < req.nnodes; i++)
 	{
-		const char *text = req.results[i].reply_text;
+		const char *answer = req.results[i].reply_text;
 		Datum		values[6];
 		bool		nulls[6] = {0};
 		char		owner[RL_OWNER_LEN + 1];
@@ -202,10 +192,10 @@ redlock_holder(PG_FUNCTION_ARGS)
 		int			pid;
 		long		pttl;
 
-		if (req.results[i].vote != RL_VOTE_YES || text == NULL || text[0] == '\0')
+		if (req.results[i].vote != RL_VOTE_YES || answer == NULL || answer[0] == '\0')
 			continue;			/* unreachable, or nobody holds it there */
 		values[0] = CStringGetTextDatum(rl_node_name(i));
-		if (sscanf(text, "%80s %ld", owner, &pttl) == 2 &&
+		if (sscanf(answer, "%80s %ld", owner, &pttl) == 2 &&
 			sscanf(owner + Min(strlen(owner), RL_OWNER_RANDOM_LEN),
 				   ":" UINT64_FORMAT ":%u:%d", &sysid, &dbid, &pid) == 3)
 		{
@@ -216,7 +206,7 @@ redlock_holder(PG_FUNCTION_ARGS)
 		else
 		{
 			nulls[1] = nulls[2] = nulls[3] = true;
-			if (sscanf(text, "%*s %ld", &pttl) != 1)
+			if (sscanf(answer, "%*s %ld", &pttl) != 1)
 				pttl = -1;
 		}
 		if (pttl >= 0)

@@ -325,6 +325,19 @@ node_connect_done(RlNode *node, RlRequest *req)
 	}
 	/* small requests, answered at once: never wait for Nagle */
 	(void) setsockopt(node->ctx->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* a connection that only listens (pub/sub) must notice a dead peer too */
+	(void) setsockopt(node->ctx->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+#ifdef TCP_KEEPIDLE
+	{
+		int			idle = 10,
+					intvl = 5,
+					cnt = 3;
+
+		(void) setsockopt(node->ctx->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+		(void) setsockopt(node->ctx->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+		(void) setsockopt(node->ctx->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	}
+#endif
 	node->state = RL_CONN_READY;
 	node->asked_at_us = node->last_progress_us = rl_now_us();
 	pipeline_write(node, req);

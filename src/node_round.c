@@ -41,6 +41,7 @@ typedef struct RlReady
 
 static WaitEventSet *rl_wes = NULL;
 bool		rl_wes_stale = true;
+static bool rl_latch_fired = false;	/* the latch was set during a round */
 
 /*
  * How long a connection may owe replies without producing one before it is
@@ -267,6 +268,7 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 		if (ev->events & WL_LATCH_SET)
 		{
 			ResetLatch(MyLatch);
+			rl_latch_fired = true;
 			CHECK_FOR_INTERRUPTS();
 			continue;
 		}
@@ -498,6 +500,16 @@ rl_nodes_run(RlRequest *req)
 		nodes_dispatch_backed_off(req, rl_round_id))
 		round_wait(req);
 	nodes_flush();
+
+	/*
+	 * A wake-up that came during the round (a lease released while we were
+	 * asking for it) is for our caller: set the latch again.
+	 */
+	if (rl_latch_fired)
+	{
+		rl_latch_fired = false;
+		SetLatch(MyLatch);
+	}
 }
 
 /*
@@ -546,6 +558,7 @@ rl_nodes_wait_pushes(long timeout_ms)
 	int			nready;
 
 	nready = wait_in_event_set(timeout_ms, ready);
+	rl_latch_fired = false;		/* the caller is the one woken */
 	serve_ready(ready, nready, NULL);
 }
 
