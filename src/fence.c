@@ -247,8 +247,9 @@ typedef enum FenceMissing
 	FENCE_INSERT_NULL			/* INSERT, NULL column, setting unset */
 } FenceMissing;
 
-static void fence_reject_missing(Relation rel, const FenceColumn *col,
-								 FenceMissing why) pg_attribute_noreturn();
+static pg_noreturn void fence_reject_missing(Relation rel,
+											 const FenceColumn *col,
+											 FenceMissing why);
 
 /*
  * All refusals share RL001, so an application can tell a fenced-out write

@@ -19,7 +19,12 @@
 #include "stats.h"
 #include "worker.h"
 
+#ifdef PG_MODULE_MAGIC_EXT
+/* 18+: name and version show in pg_get_loaded_modules() */
+PG_MODULE_MAGIC_EXT(.name = "redlock", .version = "1.0");
+#else
 PG_MODULE_MAGIC;
+#endif
 
 void		_PG_init(void);
 

@@ -14,6 +14,15 @@
 #include <stdint.h>
 #include <time.h>
 
+/*
+ * pg_noreturn (PostgreSQL 18+) goes before a declaration; 18 removed the
+ * trailing pg_attribute_noreturn() that older releases have instead.  GCC,
+ * clang and MSVC all accept the attribute in front of the declaration.
+ */
+#ifndef pg_noreturn
+#define pg_noreturn pg_attribute_noreturn()
+#endif
+
 /* Limits */
 #define RL_MAX_NODES			15
 #define RL_MAX_RESOURCE_LEN		512 /* bytes of a resource name */
