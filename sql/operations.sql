@@ -110,9 +110,13 @@ SELECT pg_temp.outcome($$SET redlock.nodes = '127.0.0.1:6379'$$);
 SELECT pg_temp.outcome($$SET redlock.node_timeout = 10$$);
 SELECT pg_temp.outcome($$SET redlock.key_prefix = 'mine:'$$);
 SELECT pg_temp.outcome($$SET redlock.password = 'x'$$);
-SELECT pg_temp.outcome($$SHOW redlock.password$$);
+-- (PostgreSQL 16 reworded the refusal to read it: print its SQLSTATE and
+-- the setting it names)
+SELECT regexp_replace(pg_temp.outcome($$SHOW redlock.password$$),
+                      ': .*("[^"]*")$', ': \1') AS outcome;
 SELECT count(*) AS password_rows FROM pg_settings WHERE name = 'redlock.password';
-SELECT pg_temp.outcome($$SELECT current_setting('redlock.password')$$);
+SELECT regexp_replace(pg_temp.outcome($$SELECT current_setting('redlock.password')$$),
+                      ': .*("[^"]*")$', ': \1') AS outcome;
 -- the fence token is the user's own
 SET redlock.fence_token = 42;
 SHOW redlock.fence_token;
