@@ -6,6 +6,8 @@ OBJS = \
 	src/guc.o \
 	src/quorum.o \
 	src/node_conn.o \
+	src/node_sock.o \
+	src/node_resolve.o \
 	src/node_pipeline.o \
 	src/node_round.o \
 	src/protocol.o \

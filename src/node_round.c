@@ -33,13 +33,63 @@
 /* One socket that is ready, whichever way we waited. */
 typedef struct RlReady
 {
-	RlNode	   *node;
+	RlNode	   *node;			/* NULL: a resolver socket */
+	int			fd;
 	bool		readable;
 	bool		writable;
 } RlReady;
 
+#define RL_MAX_RESOLVER_SOCKS	16
+#define RL_MAX_READY			(RL_MAX_NODES + RL_MAX_RESOLVER_SOCKS)
+
 static WaitEventSet *rl_wes = NULL;
 bool		rl_wes_stale = true;
+
+/* the resolver's sockets in the wait event set, and their events */
+static int	rl_wes_resolver_fds[RL_MAX_RESOLVER_SOCKS];
+static int	rl_wes_resolver_events[RL_MAX_RESOLVER_SOCKS];
+static int	rl_wes_nresolver = 0;
+static int	rl_resolver_tag;	/* user_data of the resolver's sockets */
+
+static bool
+node_connecting(const RlNode *node)
+{
+	return node->state == RL_CONN_RESOLVING ||
+		node->state == RL_CONN_CONNECTING ||
+		node->state == RL_CONN_HANDSHAKE;
+}
+
+/*
+ * Let the resolver take what its sockets hold and handle its timeouts,
+ * without waiting; then move on the nodes whose lookup ended.
+ */
+static void
+resolver_pump(RlRequest *req)
+{
+	int			fds[RL_MAX_RESOLVER_SOCKS];
+	int			events[RL_MAX_RESOLVER_SOCKS];
+	struct pollfd pfds[RL_MAX_RESOLVER_SOCKS];
+	int			n;
+
+	n = resolve_sockets(fds, events, RL_MAX_RESOLVER_SOCKS);
+	for (int i = 0; i < n; i++)
+	{
+		pfds[i].fd = fds[i];
+		pfds[i].events = ((events[i] & RL_EV_READ) ? POLLIN : 0) |
+			((events[i] & RL_EV_WRITE) ? POLLOUT : 0);
+		pfds[i].revents = 0;
+	}
+	if (n > 0 && poll(pfds, n, 0) > 0)
+	{
+		for (int i = 0; i < n; i++)
+			if (pfds[i].revents != 0)
+				resolve_process(fds[i],
+								(pfds[i].revents & (POLLIN | POLLERR | POLLHUP)) != 0,
+								(pfds[i].revents & (POLLOUT | POLLERR | POLLHUP)) != 0);
+	}
+	resolve_process(-1, false, false);
+	resolve_advance(req);
+}
 
 /*
  * How long a connection may owe replies without producing one before it is
@@ -62,11 +112,14 @@ silence_limit_us(void)
 static void
 nodes_housekeeping(void)
 {
-	int64_t		now = rl_now_us();
+	int64_t		now;
 
+	resolver_pump(NULL);
+	now = rl_now_us();
 	for (int i = 0; i < rl_nnodes; i++)
 	{
 		RlNode	   *node = &rl_nodes[i];
+		char		why[192];
 
 		if (node->state == RL_CONN_READY && node->owed_count > 0)
 			pipeline_read(node, NULL);
@@ -74,10 +127,8 @@ nodes_housekeeping(void)
 			now - node->last_progress_us > silence_limit_us())
 			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
 					  (int) ((now - node->last_progress_us) / 1000));
-		else if (node->state == RL_CONN_CONNECTING &&
-				 now > node->connect_deadline_us)
-			node_fail(node, NULL, "connect timed out after %d ms",
-					  rl_connect_timeout_ms);
+		else if (node_connecting(node) && now > node->connect_deadline_us)
+			node_fail(node, NULL, "%s", node_phase_timeout(node, why, sizeof(why)));
 	}
 }
 
@@ -198,9 +249,9 @@ wes_rebuild(void)
 	rl_wes = NULL;
 
 #if PG_VERSION_NUM >= 170000
-	rl_wes = CreateWaitEventSet(NULL, RL_MAX_NODES + 2);
+	rl_wes = CreateWaitEventSet(NULL, RL_MAX_READY + 2);
 #else
-	rl_wes = CreateWaitEventSet(TopMemoryContext, RL_MAX_NODES + 2);
+	rl_wes = CreateWaitEventSet(TopMemoryContext, RL_MAX_READY + 2);
 #endif
 	AddWaitEventToSet(rl_wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	if (IsUnderPostmaster)
@@ -211,33 +262,57 @@ wes_rebuild(void)
 		RlNode	   *node = &rl_nodes[i];
 
 		node->wes_pos = -1;
-		if (node->ctx == NULL)
+		if (node->fd < 0)
 			continue;
 		node->wes_events = WL_SOCKET_WRITEABLE;
 		node->wes_pos = AddWaitEventToSet(rl_wes, node->wes_events,
-										  node->ctx->fd, NULL, node);
+										  node->fd, NULL, node);
 	}
+	rl_wes_nresolver = resolve_sockets(rl_wes_resolver_fds, rl_wes_resolver_events,
+									   RL_MAX_RESOLVER_SOCKS);
+	for (int i = 0; i < rl_wes_nresolver; i++)
+		AddWaitEventToSet(rl_wes,
+						  ((rl_wes_resolver_events[i] & RL_EV_READ) ? WL_SOCKET_READABLE : 0) |
+						  ((rl_wes_resolver_events[i] & RL_EV_WRITE) ? WL_SOCKET_WRITEABLE : 0),
+						  rl_wes_resolver_fds[i], NULL, &rl_resolver_tag);
 	rl_wes_stale = false;
+}
+
+/* Have the resolver's sockets, or what it waits for on them, changed? */
+static bool
+wes_resolver_changed(void)
+{
+	int			fds[RL_MAX_RESOLVER_SOCKS];
+	int			events[RL_MAX_RESOLVER_SOCKS];
+	int			n = resolve_sockets(fds, events, RL_MAX_RESOLVER_SOCKS);
+
+	if (n != rl_wes_nresolver)
+		return true;
+	for (int i = 0; i < n; i++)
+		if (fds[i] != rl_wes_resolver_fds[i] ||
+			events[i] != rl_wes_resolver_events[i])
+			return true;
+	return false;
 }
 
 /* The socket events a node waits for now (as poll(2) events). */
 static short
 node_poll_events(const RlNode *node)
 {
-	if (node->state == RL_CONN_CONNECTING)
-		return POLLOUT;
-	return POLLIN | (node->want_write ? POLLOUT : 0);
+	int			ev = node_wanted_events(node);
+
+	return ((ev & RL_EV_READ) ? POLLIN : 0) | ((ev & RL_EV_WRITE) ? POLLOUT : 0);
 }
 
 /* Wait in the wait event set: wakes on cancel and postmaster death too. */
 static int
 wait_in_event_set(long timeout_ms, RlReady *ready)
 {
-	WaitEvent	events[RL_MAX_NODES + 2];
+	WaitEvent	events[RL_MAX_READY + 2];
 	int			nevents;
 	int			n = 0;
 
-	if (rl_wes_stale || rl_wes == NULL)
+	if (rl_wes_stale || rl_wes == NULL || wes_resolver_changed())
 		wes_rebuild();
 	for (int i = 0; i < rl_nnodes; i++)
 	{
@@ -273,9 +348,12 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 			ereport(FATAL,
 					(errcode(ERRCODE_ADMIN_SHUTDOWN),
 					 errmsg("terminating connection due to unexpected postmaster exit")));
-		if (node == NULL || node->wes_pos != ev->pos)
+		if (ev->user_data == (void *) &rl_resolver_tag)
+			node = NULL;
+		else if (node == NULL || node->wes_pos != ev->pos)
 			continue;
 		ready[n].node = node;
+		ready[n].fd = ev->fd;
 		ready[n].readable = (ev->events & WL_SOCKET_READABLE) != 0;
 		ready[n].writable = (ev->events & WL_SOCKET_WRITEABLE) != 0;
 		n++;
@@ -287,8 +365,11 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 static int
 wait_in_poll(long timeout_ms, RlReady *ready)
 {
-	struct pollfd pfds[RL_MAX_NODES];
-	RlNode	   *who[RL_MAX_NODES];
+	struct pollfd pfds[RL_MAX_READY];
+	RlNode	   *who[RL_MAX_READY];
+	int			fds[RL_MAX_RESOLVER_SOCKS];
+	int			events[RL_MAX_RESOLVER_SOCKS];
+	int			nres;
 	int			npfds = 0;
 	int			n = 0;
 
@@ -296,12 +377,21 @@ wait_in_poll(long timeout_ms, RlReady *ready)
 	{
 		RlNode	   *node = &rl_nodes[i];
 
-		if (node->ctx == NULL)
+		if (node->fd < 0)
 			continue;
-		pfds[npfds].fd = node->ctx->fd;
+		pfds[npfds].fd = node->fd;
 		pfds[npfds].events = node_poll_events(node);
 		pfds[npfds].revents = 0;
 		who[npfds++] = node;
+	}
+	nres = resolve_sockets(fds, events, RL_MAX_RESOLVER_SOCKS);
+	for (int i = 0; i < nres; i++)
+	{
+		pfds[npfds].fd = fds[i];
+		pfds[npfds].events = ((events[i] & RL_EV_READ) ? POLLIN : 0) |
+			((events[i] & RL_EV_WRITE) ? POLLOUT : 0);
+		pfds[npfds].revents = 0;
+		who[npfds++] = NULL;
 	}
 	if (poll(pfds, npfds, (int) timeout_ms) <= 0)
 		return 0;				/* timeout, EINTR or error: the caller's
@@ -313,6 +403,7 @@ wait_in_poll(long timeout_ms, RlReady *ready)
 		if (r == 0)
 			continue;
 		ready[n].node = who[i];
+		ready[n].fd = pfds[i].fd;
 		ready[n].readable = (r & (POLLIN | POLLHUP | POLLERR)) != 0;
 		ready[n].writable = (r & (POLLOUT | POLLERR | POLLHUP)) != 0;
 		n++;
@@ -326,7 +417,7 @@ node_deadline(RlNode *node)
 {
 	int64_t		since;
 
-	if (node->state == RL_CONN_CONNECTING)
+	if (node_connecting(node))
 		return node->connect_deadline_us;
 	since = Min(node->last_progress_us, node->asked_at_us);
 	return since + (int64_t) rl_node_timeout_ms * 1000;
@@ -337,11 +428,11 @@ static void
 node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 {
 	RlNodeResult *res = &req->results[node - rl_nodes];
+	char		why[192];
 
-	if (node->state == RL_CONN_CONNECTING && !round_deadline)
+	if (node_connecting(node) && !round_deadline)
 	{
-		node_fail(node, req, "connect timed out after %d ms",
-				  rl_connect_timeout_ms);
+		node_fail(node, req, "%s", node_phase_timeout(node, why, sizeof(why)));
 		return;
 	}
 	res->vote = RL_VOTE_FAILED;
@@ -359,10 +450,46 @@ node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 				 rl_node_timeout_ms);
 }
 
+/* Does a node hold input it read but did not parse yet (TLS records)? */
+static bool
+any_buffered_input(void)
+{
+	for (int i = 0; i < rl_nnodes; i++)
+		if (rl_nodes[i].state == RL_CONN_READY &&
+			sock_has_buffered_input(&rl_nodes[i]))
+			return true;
+	return false;
+}
+
+/* Move everything along that the wait found ready. */
+static void
+handle_ready(RlRequest *req, RlReady *ready, int nready)
+{
+	for (int e = 0; e < nready; e++)
+		if (ready[e].node == NULL)
+			resolve_process(ready[e].fd, ready[e].readable, ready[e].writable);
+	resolve_process(-1, false, false);	/* the resolver's timeouts */
+	resolve_advance(req);
+
+	for (int e = 0; e < nready; e++)
+	{
+		RlNode	   *node = ready[e].node;
+
+		/* skip a socket closed (or replaced) earlier in this batch */
+		if (node == NULL || node->fd != ready[e].fd)
+			continue;
+		node_event(node, req, ready[e].readable, ready[e].writable);
+	}
+	for (int i = 0; i < rl_nnodes; i++)
+		if (rl_nodes[i].state == RL_CONN_READY &&
+			sock_has_buffered_input(&rl_nodes[i]))
+			node_event(&rl_nodes[i], req, true, false);
+}
+
 static void
 round_wait(RlRequest *req)
 {
-	RlReady		ready[RL_MAX_NODES];
+	RlReady		ready[RL_MAX_READY];
 	bool		polled = false;
 
 	for (;;)
@@ -417,27 +544,14 @@ round_wait(RlRequest *req)
 		polled = overdue;
 
 		timeout_ms = overdue ? 0 : (long) ((next_deadline - now + 999) / 1000);
+		timeout_ms = resolve_timeout_ms(timeout_ms);
+		if (any_buffered_input())
+			timeout_ms = 0;
 		if (req->nothrow)
 			nready = wait_in_poll(timeout_ms, ready);
 		else
 			nready = wait_in_event_set(timeout_ms, ready);
-
-		for (int e = 0; e < nready; e++)
-		{
-			RlNode	   *node = ready[e].node;
-
-			if (node->ctx == NULL)
-				continue;		/* its socket was closed in this batch */
-			if (node->state == RL_CONN_CONNECTING)
-			{
-				node_connect_done(node, req);
-				continue;
-			}
-			if (ready[e].writable && node->want_write)
-				pipeline_write(node, req);
-			if (node->ctx != NULL && ready[e].readable)
-				pipeline_read(node, req);
-		}
+		handle_ready(req, ready, nready);
 	}
 }
 
@@ -450,19 +564,23 @@ round_wait(RlRequest *req)
 static void
 nodes_flush(void)
 {
+	resolver_pump(NULL);
 	for (int i = 0; i < rl_nnodes; i++)
 	{
 		RlNode	   *node = &rl_nodes[i];
 
-		if (node->state == RL_CONN_CONNECTING)
+		if (node->state == RL_CONN_CONNECTING ||
+			node->state == RL_CONN_HANDSHAKE)
 		{
 			struct pollfd pfd;
 
-			pfd.fd = node->ctx->fd;
-			pfd.events = POLLOUT;
+			pfd.fd = node->fd;
+			pfd.events = node_poll_events(node);
 			pfd.revents = 0;
 			if (poll(&pfd, 1, 0) == 1)
-				node_connect_done(node, NULL);
+				node_event(node, NULL,
+						   (pfd.revents & (POLLIN | POLLERR | POLLHUP)) != 0,
+						   (pfd.revents & (POLLOUT | POLLERR | POLLHUP)) != 0);
 		}
 		else if (node->state == RL_CONN_READY && node->want_write)
 			pipeline_write(node, NULL);
@@ -501,7 +619,7 @@ rl_nodes_run(RlRequest *req)
 void
 rl_nodes_drain(int64_t deadline_us)
 {
-	RlReady		ready[RL_MAX_NODES];
+	RlReady		ready[RL_MAX_READY];
 
 	for (;;)
 	{
@@ -513,7 +631,7 @@ rl_nodes_drain(int64_t deadline_us)
 		{
 			RlNode	   *node = &rl_nodes[i];
 
-			if (node->state == RL_CONN_CONNECTING ||
+			if (node_connecting(node) ||
 				(node->state == RL_CONN_READY &&
 				 (node->owed_count > 0 || node->want_write)))
 				busy = true;
@@ -521,23 +639,9 @@ rl_nodes_drain(int64_t deadline_us)
 		if (!busy || now >= deadline_us)
 			return;
 
-		nready = wait_in_poll((long) ((deadline_us - now + 999) / 1000), ready);
-		for (int e = 0; e < nready; e++)
-		{
-			RlNode	   *node = ready[e].node;
-
-			if (node->ctx == NULL)
-				continue;
-			if (node->state == RL_CONN_CONNECTING)
-			{
-				node_connect_done(node, NULL);
-				continue;
-			}
-			if (ready[e].writable && node->want_write)
-				pipeline_write(node, NULL);
-			if (node->ctx != NULL && ready[e].readable)
-				pipeline_read(node, NULL);
-		}
+		nready = wait_in_poll(resolve_timeout_ms((long) ((deadline_us - now + 999) / 1000)),
+							  ready);
+		handle_ready(NULL, ready, nready);
 	}
 }
 
