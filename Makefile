@@ -10,6 +10,7 @@ OBJS = \
 	src/node_resolve.o \
 	src/node_pipeline.o \
 	src/node_round.o \
+	src/node_wait.o \
 	src/protocol.o \
 	src/registry.o \
 	src/lifecycle.o \
@@ -20,8 +21,13 @@ OBJS = \
 DATA = sql/redlock--1.0.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 
-PG_CPPFLAGS = -I$(srcdir)/src
-SHLIB_LINK = -lhiredis
+# hiredis: the system's by default; another one with e.g.
+#   make HIREDIS_CFLAGS=-I/opt/hiredis/include \
+#        HIREDIS_LIBS='-L/opt/hiredis/lib -Wl,-rpath,/opt/hiredis/lib -lhiredis'
+HIREDIS_CFLAGS ?=
+HIREDIS_LIBS ?= -lhiredis
+PG_CPPFLAGS = -I$(srcdir)/src $(HIREDIS_CFLAGS)
+SHLIB_LINK = $(HIREDIS_LIBS) -lcares
 
 # pg_regress suites: sql/ and expected/
 REGRESS = lease_api fence operations

@@ -31,6 +31,7 @@ char	   *rl_key_prefix = NULL;
 char	   *rl_username = NULL;
 char	   *rl_password = NULL;
 char	   *rl_fence_token_setting = NULL;
+char	   *rl_dns_servers = NULL;
 
 static char *rl_nodes_setting = NULL;
 
@@ -265,6 +266,30 @@ assign_credential(const char *newval, void *extra)
 }
 
 /*
+ * redlock.dns_servers: the DNS servers to ask instead of those of
+ * /etc/resolv.conf, as "ip[:port],..." ("[ipv6]:port" with a port).
+ */
+static bool
+check_dns_servers(char **newval, void **extra, GucSource source)
+{
+	if (strlen(*newval) > 1024)
+	{
+		GUC_check_errdetail("redlock.dns_servers may be at most 1024 bytes long.");
+		return false;
+	}
+	for (const char *c = *newval; *c; c++)
+	{
+		if (!isxdigit((unsigned char) *c) && *c != '.' && *c != ':' &&
+			*c != ',' && *c != '[' && *c != ']' && *c != ' ')
+		{
+			GUC_check_errdetail("redlock.dns_servers is a comma-separated list of IP addresses, each optionally with a port (\"10.0.0.53:53\", \"[::1]:53\").");
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
  * redlock.fence_token: a transaction-local token for the fence trigger.
  * Empty means unset; otherwise a positive bigint.
  */
@@ -370,6 +395,15 @@ rl_define_gucs(void)
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY,
 							   check_credential, assign_credential, NULL);
+
+	DefineCustomStringVariable("redlock.dns_servers",
+							   "DNS servers used to look up node host names, instead of /etc/resolv.conf.",
+							   "A comma-separated list of IP addresses, each optionally with a port.",
+							   &rl_dns_servers,
+							   "",
+							   PGC_SUSET,
+							   GUC_NOT_IN_SAMPLE,
+							   check_dns_servers, assign_credential, NULL);
 
 	DefineCustomStringVariable("redlock.fence_token",
 							   "Fencing token offered by writes in this transaction (use SET LOCAL).",

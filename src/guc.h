@@ -23,6 +23,7 @@ extern char *rl_key_prefix;
 extern char *rl_username;
 extern char *rl_password;
 extern char *rl_fence_token_setting;
+extern char *rl_dns_servers;
 
 extern void rl_define_gucs(void);
 extern bool rl_parse_node_list(const char *value, RlNodeList *out,

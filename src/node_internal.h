@@ -2,11 +2,13 @@
  *
  * node_internal.h
  *	  The node layer's own state: one connection per Redis node per
- *	  backend, shared by node_conn.c (connection lifecycle), node_pipeline.c
- *	  (commands queued on a connection and the replies it owes) and
- *	  node_round.c (one request sent to every node, replies awaited).
+ *	  backend, shared by node_conn.c (connection lifecycle), node_resolve.c
+ *	  (addresses), node_sock.c (the socket and its buffers), node_tls.c
+ *	  (TLS), node_pipeline.c (commands queued on a connection and the
+ *	  replies it owes), node_round.c (one request sent to every node,
+ *	  replies awaited) and node_wait.c (the wait itself).
  *
- *	  Nothing outside those three files includes this header.
+ *	  Nothing outside those files includes this header.
  *
  *-------------------------------------------------------------------------
  */
@@ -99,6 +101,27 @@ typedef struct RlNode
 	uint32		wes_events;
 } RlNode;
 
+/* One socket that is ready, whichever way we waited. */
+typedef struct RlReady
+{
+	RlNode	   *node;			/* NULL: a resolver socket */
+	int			fd;
+	bool		readable;
+	bool		writable;
+} RlReady;
+
+#define RL_MAX_RESOLVER_SOCKS	16
+#define RL_MAX_READY			(RL_MAX_NODES + RL_MAX_RESOLVER_SOCKS)
+
+/* Is the node on its way to a connection (lookup, connect, handshake)? */
+static inline bool
+node_connecting(const RlNode *node)
+{
+	return node->state == RL_CONN_RESOLVING ||
+		node->state == RL_CONN_CONNECTING ||
+		node->state == RL_CONN_HANDSHAKE;
+}
+
 extern RlNode rl_nodes[RL_MAX_NODES];
 extern int	rl_nnodes;
 extern uint64_t rl_round_id;	/* tag of the round being waited for */
@@ -116,6 +139,14 @@ extern void node_fail(RlNode *node, RlRequest *req, const char *fmt,...) pg_attr
 extern void node_lost(RlNode *node, RlRequest *req, const char *what);
 extern void node_answering(RlNode *node);
 extern const char *node_reply_refusal(void);
+
+/* node_wait.c */
+extern short node_poll_events(const RlNode *node);
+extern int	wait_in_event_set(long timeout_ms, RlReady *ready);
+extern int	wait_in_poll(long timeout_ms, RlReady *ready);
+extern void wait_pump_resolver(RlRequest *req);
+extern void wait_handle_ready(RlRequest *req, RlReady *ready, int nready);
+extern bool wait_any_buffered_input(void);
 
 /* node_resolve.c */
 extern void resolve_start(RlNode *node);
