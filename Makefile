@@ -7,6 +7,7 @@ OBJS = \
 	src/quorum.o \
 	src/node_conn.o \
 	src/node_sock.o \
+	src/node_tls.o \
 	src/node_resolve.o \
 	src/node_pipeline.o \
 	src/node_round.o \
@@ -27,7 +28,7 @@ PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 HIREDIS_CFLAGS ?=
 HIREDIS_LIBS ?= -lhiredis
 PG_CPPFLAGS = -I$(srcdir)/src $(HIREDIS_CFLAGS)
-SHLIB_LINK = $(HIREDIS_LIBS) -lcares
+SHLIB_LINK = $(HIREDIS_LIBS) -lcares -lssl -lcrypto
 
 # pg_regress suites: sql/ and expected/
 REGRESS = lease_api fence operations

@@ -345,6 +345,25 @@ node_ready(RlNode *node, RlRequest *req)
 	pipeline_write(node, req);
 }
 
+/* Take the TLS handshake as far as it goes now. */
+static void
+node_handshake(RlNode *node, RlRequest *req)
+{
+	char		why[192];
+
+	switch (tls_handshake(node, why, sizeof(why)))
+	{
+		case 1:
+			node_ready(node, req);
+			break;
+		case 0:
+			break;				/* wait for node->tls_events */
+		default:
+			node_fail(node, req, "%s", why);
+			break;
+	}
+}
+
 /* A connect in progress became writable: did it succeed? */
 static void
 node_connect_done(RlNode *node, RlRequest *req)
@@ -367,6 +386,20 @@ node_connect_done(RlNode *node, RlRequest *req)
 	}
 	/* small requests, answered at once: never wait for Nagle */
 	(void) setsockopt(node->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (rl_tls_mode != RL_TLS_DISABLE)
+	{
+		char		why[160];
+
+		if (!tls_begin(node, why, sizeof(why)))
+		{
+			node_fail(node, req, "%s", why);
+			return;
+		}
+		node->state = RL_CONN_HANDSHAKE;
+		node->phase_started_us = rl_now_us();
+		node_handshake(node, req);
+		return;
+	}
 	node_ready(node, req);
 }
 
@@ -406,6 +439,7 @@ node_event(RlNode *node, RlRequest *req, bool readable, bool writable)
 				node_connect_done(node, req);
 			break;
 		case RL_CONN_HANDSHAKE:
+			node_handshake(node, req);
 			break;
 		case RL_CONN_READY:
 			if (node->want_write && (writable || node->ssl != NULL))

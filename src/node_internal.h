@@ -157,6 +157,15 @@ extern void resolve_process(int fd, bool readable, bool writable);
 extern long resolve_timeout_ms(long max_ms);
 extern void resolve_advance(RlRequest *req);
 
+/* node_tls.c */
+extern bool tls_begin(RlNode *node, char *err, size_t errlen);
+extern void tls_end(RlNode *node);
+extern int	tls_handshake(RlNode *node, char *err, size_t errlen);
+extern int	tls_read(RlNode *node, char *buf, int len, char *err, size_t errlen);
+extern int	tls_write(RlNode *node, const char *buf, size_t len, char *err,
+					  size_t errlen);
+extern bool tls_pending(const RlNode *node);
+
 /* node_sock.c */
 extern bool sock_open(RlNode *node, const struct sockaddr *sa, socklen_t salen,
 					  char *err, size_t errlen);

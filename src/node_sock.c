@@ -9,6 +9,9 @@
  * is ours, so that name resolution, connect and TLS all happen in our own
  * wait loop, and the same code works with hiredis 0.14 and 1.x.
  *
+ * With TLS (redlock.tls_mode), the same bytes go through the connection's
+ * TLS session (node_tls.c) instead of straight to the socket.
+ *
  * Everything here runs on the commit, abort and exit paths too: nothing
  * raises an ERROR, and memory comes from malloc, never from palloc.
  *
@@ -76,6 +79,7 @@ sock_open(RlNode *node, const struct sockaddr *sa, socklen_t salen,
 void
 sock_close(RlNode *node)
 {
+	tls_end(node);
 	if (node->fd >= 0)
 	{
 		close(node->fd);
@@ -141,6 +145,31 @@ sock_write(RlNode *node, char *err, size_t errlen)
 	{
 		ssize_t		n;
 
+		if (node->ssl != NULL)
+		{
+			n = tls_write(node, node->obuf + node->opos, node->olen - node->opos,
+						  err, errlen);
+			if (n < 0)
+			{
+				/*
+				 * A server that refuses us after the handshake (TLS 1.3: a
+				 * client certificate it wanted) sends an alert and closes:
+				 * our write then fails with a reset, but the alert, which
+				 * says why, may be waiting to be read.
+				 */
+				char		buf[512];
+				char		alert[160];
+
+				if (tls_read(node, buf, sizeof(buf), alert, sizeof(alert)) < 0 &&
+					strstr(alert, "alert") != NULL)
+					snprintf(err, errlen, "%s", alert);
+				return -1;
+			}
+			if (n == 0)
+				break;
+			node->opos += n;
+			continue;
+		}
 		n = send(node->fd, node->obuf + node->opos, node->olen - node->opos,
 				 MSG_NOSIGNAL);
 		if (n < 0)
@@ -175,6 +204,18 @@ sock_read(RlNode *node, char *err, size_t errlen)
 	char		buf[RL_READ_CHUNK];
 	ssize_t		n;
 
+	if (node->ssl != NULL)
+	{
+		n = tls_read(node, buf, sizeof(buf), err, errlen);
+		if (n <= 0)
+			return n;
+		if (redisReaderFeed(node->reader, buf, n) != REDIS_OK)
+		{
+			snprintf(err, errlen, "out of memory reading the reply");
+			return -1;
+		}
+		return 0;
+	}
 	for (;;)
 	{
 		n = recv(node->fd, buf, sizeof(buf), 0);
@@ -205,5 +246,5 @@ sock_read(RlNode *node, char *err, size_t errlen)
 bool
 sock_has_buffered_input(const RlNode *node)
 {
-	return false;
+	return tls_pending(node);
 }

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential postgresql-15 postgresql-server-dev-15 postgresql-common
-      libhiredis-dev libc-ares-dev redis-server redis-tools libipc-run-perl procps sudo)
+      libhiredis-dev libc-ares-dev libssl-dev redis-server redis-tools libipc-run-perl procps sudo)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
