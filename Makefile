@@ -4,6 +4,8 @@ MODULE_big = redlock
 OBJS = \
 	src/redlock.o \
 	src/guc.o \
+	src/guc_net.o \
+	src/node_list.o \
 	src/quorum.o \
 	src/node_conn.o \
 	src/node_sock.o \
@@ -16,10 +18,13 @@ OBJS = \
 	src/registry.o \
 	src/lifecycle.o \
 	src/lease_sql.o \
+	src/lock_table.o \
+	src/wait_events.o \
+	src/worker.o \
 	src/stats.o \
 	src/health.o \
 	src/fence.o
-DATA = sql/redlock--1.0.sql
+DATA = sql/redlock--1.0.sql sql/redlock--1.0--1.1.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 
 # hiredis: the system's by default; another one with e.g.

@@ -233,6 +233,158 @@ COMMIT;
 SELECT tableoid::regclass, * FROM parted ORDER BY region, id;
 
 --
+-- Only a token set by the current transaction fences a write: SET LOCAL,
+-- set_config(..., true) or a function's SET clause.  A token that outlives
+-- its transaction would go on fencing writes after its lease is gone, so
+-- the trigger refuses it (RL001, like every refusal) instead of using it.
+--
+CREATE TABLE scoped (id int PRIMARY KEY, v int, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON scoped
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+INSERT INTO scoped VALUES (1, 0, 10), (2, 0, 10);
+-- a session-level SET is refused by every write that would read it
+SET redlock.fence_token = 20;
+UPDATE scoped SET v = 1 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM scoped WHERE id = 2;
+INSERT INTO scoped (id, v) VALUES (3, 0);
+-- refused, not ignored: otherwise the write would be judged without it
+UPDATE scoped SET v = 1, fence_token = fence_token WHERE id = 1;
+-- it does not fence the next transaction either
+BEGIN;
+UPDATE scoped SET v = 1 WHERE id = 1;
+ROLLBACK;
+-- a token given in the statement does not read the setting
+UPDATE scoped SET v = 1, fence_token = 11 WHERE id = 1;
+-- SET LOCAL over the session value is accepted; the session value is back
+-- (and refused) after COMMIT
+BEGIN;
+SET LOCAL redlock.fence_token = 12;
+UPDATE scoped SET v = 2 WHERE id = 1;
+COMMIT;
+SHOW redlock.fence_token;
+UPDATE scoped SET v = 3 WHERE id = 1;
+RESET redlock.fence_token;
+-- SET without LOCAL inside a transaction block: refused, it would outlive
+-- the transaction; so is set_config(..., false)
+BEGIN;
+SET redlock.fence_token = 13;
+UPDATE scoped SET v = 3 WHERE id = 1;
+ROLLBACK;
+BEGIN;
+SELECT set_config('redlock.fence_token', '13', false);
+UPDATE scoped SET v = 3 WHERE id = 1;
+ROLLBACK;
+-- set_config(..., true): accepted, in a transaction block or in the
+-- implicit transaction of one query string
+BEGIN;
+SELECT set_config('redlock.fence_token', '13', true);
+UPDATE scoped SET v = 3 WHERE id = 1;
+COMMIT;
+SELECT set_config('redlock.fence_token', '14', true) \; UPDATE scoped SET v = 4 WHERE id = 1;
+SELECT v, fence_token FROM scoped WHERE id = 1;
+-- SET then SET LOCAL: the LOCAL value is accepted, the SET value stays for
+-- the session and is refused after COMMIT
+BEGIN;
+SET redlock.fence_token = 15;
+SET LOCAL redlock.fence_token = 16;
+UPDATE scoped SET v = 5 WHERE id = 1;
+COMMIT;
+SHOW redlock.fence_token;
+UPDATE scoped SET v = 6 WHERE id = 1;
+RESET redlock.fence_token;
+
+-- Savepoints.  A SET LOCAL in a subtransaction stays transaction-local
+-- after RELEASE, and is gone after ROLLBACK TO.
+BEGIN;
+SAVEPOINT a;
+SET LOCAL redlock.fence_token = 17;
+RELEASE SAVEPOINT a;
+UPDATE scoped SET v = 7 WHERE id = 1;
+SAVEPOINT b;
+SET LOCAL redlock.fence_token = 18;
+ROLLBACK TO SAVEPOINT b;
+SHOW redlock.fence_token;
+COMMIT;
+BEGIN;
+SAVEPOINT a;
+SET LOCAL redlock.fence_token = 18;
+ROLLBACK TO SAVEPOINT a;
+UPDATE scoped SET v = 8 WHERE id = 1;
+ROLLBACK;
+-- a plain SET in a subtransaction is refused, and still is after RELEASE;
+-- ROLLBACK TO brings back the transaction-local value
+BEGIN;
+SET LOCAL redlock.fence_token = 18;
+SAVEPOINT a;
+SET redlock.fence_token = 19;
+UPDATE scoped SET v = 8 WHERE id = 1;
+ROLLBACK TO SAVEPOINT a;
+UPDATE scoped SET v = 8 WHERE id = 1;
+SAVEPOINT b;
+SET redlock.fence_token = 19;
+RELEASE SAVEPOINT b;
+UPDATE scoped SET v = 9 WHERE id = 1;
+ROLLBACK;
+-- a session value, then SET LOCAL in a savepoint: accepted after RELEASE;
+-- after ROLLBACK TO the session value is back, and refused
+SET redlock.fence_token = 20;
+BEGIN;
+SAVEPOINT a;
+SET LOCAL redlock.fence_token = 19;
+RELEASE SAVEPOINT a;
+UPDATE scoped SET v = 9 WHERE id = 1;
+COMMIT;
+BEGIN;
+SAVEPOINT a;
+SET LOCAL redlock.fence_token = 21;
+ROLLBACK TO SAVEPOINT a;
+UPDATE scoped SET v = 10 WHERE id = 1;
+ROLLBACK;
+RESET redlock.fence_token;
+SELECT v, fence_token FROM scoped WHERE id = 1;
+
+-- A function's SET clause is scoped to the call: accepted.  A plain SET in
+-- the body overrides it and outlives the call: refused.
+CREATE FUNCTION scoped_write(new_v int) RETURNS void LANGUAGE sql
+	SET redlock.fence_token = 30
+	AS $$ UPDATE scoped SET v = new_v WHERE id = 1 $$;
+CREATE FUNCTION scoped_leak() RETURNS void LANGUAGE plpgsql
+	SET redlock.fence_token = 31
+	AS $$
+BEGIN
+	PERFORM set_config('redlock.fence_token', '32', false);
+	UPDATE scoped SET v = 12 WHERE id = 1;
+END $$;
+SELECT scoped_write(11);
+SHOW redlock.fence_token;
+SELECT scoped_leak();
+SELECT v, fence_token FROM scoped WHERE id = 1;
+
+-- ALTER DATABASE (or ROLE) SET: refused, and so is SET LOCAL ... TO
+-- DEFAULT, which only brings the configured value back
+SELECT current_database() AS db \gset
+ALTER DATABASE :"db" SET redlock.fence_token = 40;
+\c
+\set SHOW_CONTEXT never
+SHOW redlock.fence_token;
+UPDATE scoped SET v = 13 WHERE id = 1;
+BEGIN;
+SET LOCAL redlock.fence_token TO DEFAULT;
+UPDATE scoped SET v = 13 WHERE id = 1;
+ROLLBACK;
+BEGIN;
+SET LOCAL redlock.fence_token = 41;
+UPDATE scoped SET v = 13 WHERE id = 1;
+COMMIT;
+ALTER DATABASE :"db" RESET redlock.fence_token;
+\c
+\set SHOW_CONTEXT never
+SHOW redlock.fence_token;
+SELECT * FROM scoped ORDER BY id;
+DROP FUNCTION scoped_write(int), scoped_leak();
+
+--
 -- Misuse.  Errors surface at the first write the trigger sees.
 --
 CREATE TABLE misuse (id int, fence_token bigint, t text, n numeric);
@@ -326,4 +478,4 @@ EXCEPTION WHEN SQLSTATE 'RL001' THEN
 END $$;
 
 DROP VIEW misuse_v;
-DROP TABLE acct, acct4, acct2, ledger, parted, misuse, dropped;
+DROP TABLE acct, acct4, acct2, ledger, parted, scoped, misuse, dropped;

@@ -1,7 +1,7 @@
 --
 -- The lease API and its bad inputs.  The runner starts 5 Redis nodes on
--- 16379-16383 and sets redlock.nodes to them.  Tokens are time-based and
--- vary per run, so they are compared, never printed.
+-- ports that were free and sets redlock.nodes to them; ports and tokens vary
+-- per run, so they are compared, never printed.
 --
 -- error text and SQLSTATE of a statement, for the bad-input cases
 CREATE FUNCTION pg_temp.outcome(q text) RETURNS text LANGUAGE plpgsql AS $$
@@ -15,7 +15,14 @@ END $$;
 -- session lease: a token, re-entrant, listed, released
 SELECT redlock_try_lock('api:a') AS t1 \gset
 -- the library is loaded now: its settings and defaults
-SHOW redlock.nodes;
+SELECT array_length(string_to_array(current_setting('redlock.nodes'), ','), 1) AS nodes;
+-- the node lists used below, from the runner's nodes
+SELECT current_setting('redlock.nodes') AS all_nodes,
+       n[1] || ', ' || n[2] || ', ' || n[3] AS three_up,
+       n[1] || ', ' || n[2] || ', 127.0.0.1:1' AS two_up_one_down,
+       n[1] || ', 127.0.0.1:2, 127.0.0.1:1' AS one_up_two_down,
+       n[5] AS single_node
+  FROM string_to_array(current_setting('redlock.nodes'), ',') AS n \gset
 SELECT name, setting, unit, context FROM pg_settings
  WHERE name LIKE 'redlock.%' AND name <> 'redlock.nodes' ORDER BY name;
 SELECT :t1 > 0 AS positive_token;
@@ -142,8 +149,32 @@ SET redlock.nodes = '127.0.0.1:6379, 127.0.0.1:6379';
 SET redlock.nodes = 'ho st:1';
 SET redlock.nodes = '[::1:6379';
 SET redlock.nodes = '127.0.0.1:6379x';
-SET redlock.nodes = '1:1,2:1,3:1,4:1,5:1,6:1,7:1,8:1,9:1,10:1,11:1,12:1,13:1,14:1,15:1,16:1';
-SHOW redlock.nodes;
+SET redlock.nodes = '10.0.0.1:1,10.0.0.2:1,10.0.0.3:1,10.0.0.4:1,10.0.0.5:1,10.0.0.6:1,10.0.0.7:1,10.0.0.8:1,10.0.0.9:1,10.0.0.10:1,10.0.0.11:1,10.0.0.12:1,10.0.0.13:1,10.0.0.14:1,10.0.0.15:1,10.0.0.16:1';
+-- hosts: digits and dots must make an IPv4 address, brackets an IPv6
+-- address, anything else a DNS host name (labels of 1 to 63 letters,
+-- digits and hyphens, not starting or ending with a hyphen; 253 bytes)
+SET redlock.nodes = '127.0.0.256:6379';
+SET redlock.nodes = '127.0.0.1.1:6379';
+SET redlock.nodes = '10.1:6379';
+SET redlock.nodes = '010.0.0.1:6379';
+SET redlock.nodes = '1:1';
+SET redlock.nodes = '[127.0.0.1]:6379';
+SET redlock.nodes = '[::1::2]:6379';
+SET redlock.nodes = '[fe80::1%eth0]:6379';
+SET redlock.nodes = 'redis_1:6379';
+SET redlock.nodes = '-redis:6379';
+SET redlock.nodes = 'redis-.example.com:6379';
+SET redlock.nodes = 'a..b:6379';
+SET redlock.nodes = 'redis.example.com.:6379';
+SET redlock.nodes = 'höst:6379';
+SELECT set_config('redlock.nodes', repeat('a', 64) || '.example:6379', false);
+SELECT set_config('redlock.nodes', repeat(repeat('a', 63) || '.', 3) || repeat('b', 62) || ':6379', false);
+SELECT current_setting('redlock.nodes') = :'all_nodes' AS nodes_unchanged;
+-- and the longest, the shortest and the unusual that are valid
+SELECT set_config('redlock.nodes', repeat(repeat('a', 63) || '.', 3) || repeat('b', 61) || ':1,'
+	|| 'r:2, redis-1.example.com:3, [::1]:4, [::ffff:10.0.0.1]:5, 255.255.255.255:6,'
+	|| '0.0.0.0:7, 1e100.example:8, xn--bcher-kva.example:9, [FE80::1]:10', false) IS NOT NULL AS accepted;
+RESET redlock.nodes;
 SET redlock.connect_timeout = 'soon';
 SET redlock.connect_timeout = 0;
 SET redlock.node_timeout = -1;
@@ -174,23 +205,23 @@ RESET redlock.nodes;
 
 -- a new node list applies to the next call; leases on the old list go
 SELECT redlock_lock('api:moving') > 0 AS got;
-SET redlock.nodes = '127.0.0.1:16379, 127.0.0.1:16380, 127.0.0.1:16381';
+SET redlock.nodes = :'three_up';
 SELECT redlock_try_lock('api:three') > 0 AS got_on_three_nodes;
 SELECT resource FROM redlock_leases;
 SELECT redlock_unlock_all();
 
 -- one node of three refusing connections still grants; two do not
-SET redlock.nodes = '127.0.0.1:16379, 127.0.0.1:16380, 127.0.0.1:1';
+SET redlock.nodes = :'two_up_one_down';
 SELECT redlock_try_lock('api:degraded') > 0 AS granted_with_one_down;
 SELECT redlock_unlock('api:degraded');
-SET redlock.nodes = '127.0.0.1:16379, 127.0.0.1:2, 127.0.0.1:1';
+SET redlock.nodes = :'one_up_two_down';
 \set VERBOSITY terse
 SELECT redlock_try_lock('api:degraded');
 \set VERBOSITY default
 SELECT pg_temp.outcome($$SELECT redlock_lock('api:degraded')$$);
 SELECT count(*) FROM redlock_leases;
 -- a single node is the efficiency-lock configuration
-SET redlock.nodes = '127.0.0.1:16383';
+SET redlock.nodes = :'single_node';
 SELECT redlock_try_lock('api:single') > 0 AS single_node;
 SELECT redlock_unlock('api:single');
 RESET redlock.nodes;

@@ -11,6 +11,12 @@ EXCEPTION WHEN OTHERS THEN
 	RETURN SQLSTATE || ': ' || SQLERRM;
 END $$;
 
+-- the runner's nodes listen on ports that vary per run: the node lists
+-- used below, from its first node
+SELECT n1 AS node1, '127.0.0.1:1, 127.0.0.1:2, ' || n1 AS two_down_one_up,
+       n1 || ', 127.0.0.1:1' AS one_up_one_down
+  FROM split_part(current_setting('redlock.nodes'), ',', 1) AS n1 \gset
+
 -- a second session, to hold what this one asks for
 SELECT dblink_connect('other', format('host=%s port=%s dbname=%s',
 	split_part(current_setting('unix_socket_directories'), ',', 1),
@@ -29,7 +35,7 @@ RESET lock_timeout;
 SELECT redlock_lock('ops:e', 5000) > 0 AS granted;
 SELECT redlock_extend('ops:e', 5000) > 0 AS extended;
 SELECT redlock_unlock('ops:e');
-SET redlock.nodes = '127.0.0.1:1, 127.0.0.1:2, 127.0.0.1:16379';
+SET redlock.nodes = :'two_down_one_up';
 SELECT pg_temp.outcome($$SELECT redlock_try_lock('ops:none')$$);
 RESET redlock.nodes;
 SELECT acquires, attempts, grants, refused_held, refused_no_quorum,
@@ -60,14 +66,27 @@ SELECT relname IS NULL AS nameless, rejections FROM redlock_stats_fence WHERE re
 SELECT redlock_stats_reset();
 SELECT acquires + grants + fence_rejections AS after_reset, stats_reset > now() - interval '1 minute' AS reset_now
   FROM redlock_stats WHERE datname = current_database();
-SELECT rejections FROM redlock_stats_fence WHERE relname = 'ops_acct';
+-- the reset empties the table of fenced tables (entries of dropped tables
+-- would otherwise hold it); a table is tracked again at its next rejection
+SELECT count(*) AS fenced_tables_after_reset FROM redlock_stats_fence;
+SELECT pg_temp.outcome($$UPDATE ops_acct SET v = 1, fence_token = 9 WHERE id = 1$$);
+SELECT relname, rejections FROM redlock_stats_fence WHERE relname = 'ops_acct';
+-- the tables' sizes and what did not fit in them (nothing, here)
+SELECT databases_max, tables_max, tables_tracked, database_events_untracked,
+       table_rejections_untracked,
+       stats_reset = (SELECT stats_reset FROM redlock_stats
+                       WHERE datname = current_database()) AS same_reset
+  FROM redlock_stats_info;
 
 -- ---------- node health ----------
-SELECT node, reachable, redis_version IS NOT NULL AS has_version, role,
+SELECT array_position(string_to_array(current_setting('redlock.nodes'), ','), node) AS n,
+       reachable, redis_version IS NOT NULL AS has_version, role,
        maxmemory_policy, persistence, warnings, error
-  FROM redlock_nodes ORDER BY node;
-SET redlock.nodes = '127.0.0.1:16379, 127.0.0.1:1';
-SELECT node, reachable, rtt_ms IS NULL AS no_rtt, error FROM redlock_nodes ORDER BY node;
+  FROM redlock_nodes ORDER BY n;
+SET redlock.nodes = :'one_up_one_down';
+SELECT CASE node WHEN :'node1' THEN 'node1' ELSE node END AS node,
+       reachable, rtt_ms IS NULL AS no_rtt, error
+  FROM redlock_nodes ORDER BY node = :'node1';
 RESET redlock.nodes;
 
 -- ---------- privileges ----------
@@ -83,6 +102,7 @@ SELECT pg_temp.outcome($$SELECT * FROM redlock_nodes$$);
 -- harmless reads are public
 SELECT count(*) FROM redlock_leases;
 SELECT count(*) > 0 AS sees_stats FROM redlock_stats;
+SELECT count(*) AS sees_stats_info FROM redlock_stats_info;
 -- statistics reset is for superusers
 SELECT pg_temp.outcome($$SELECT redlock_stats_reset()$$);
 -- settings: only superusers set them; the password is hidden

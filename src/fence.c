@@ -23,6 +23,13 @@
  *			any positive token is accepted, there being no stored one.
  * A stored NULL means the row was never fenced: any positive token wins.
  *
+ * The setting is accepted only when the current transaction set it (SET
+ * LOCAL, set_config(..., true), a function's SET clause).  A value that
+ * outlives its transaction (a session SET, ALTER ROLE/DATABASE SET, the
+ * server configuration) would go on fencing writes after its lease is gone,
+ * so it is refused rather than ignored: ignoring it could let an
+ * 'allow_equal' UPDATE through on the column's own value.
+ *
  * Concurrency needs nothing here: the trigger manager locks the row before
  * firing BEFORE ROW UPDATE/DELETE triggers, and in READ COMMITTED hands us
  * the newest version it locked (after EvalPlanQual), so OLD is the row the
@@ -79,8 +86,11 @@ fence_parse_args(TriggerData *trigdata, FenceColumn *col, bool *allow_equal)
 	if (trigger->tgnargs > 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("redlock_fence() takes at most 2 arguments, trigger \"%s\" on table \"%s\" gives %d",
-						trigger->tgname, fence_relname(rel), trigger->tgnargs),
+				 errmsg("too many arguments for redlock_fence() in trigger \"%s\" on table \"%s\"",
+						trigger->tgname, fence_relname(rel)),
+				 errdetail_plural("The trigger gives %d argument; redlock_fence() takes at most 2.",
+								  "The trigger gives %d arguments; redlock_fence() takes at most 2.",
+								  trigger->tgnargs, trigger->tgnargs),
 				 errhint("Arguments are the token column (default '%s') and the comparison mode ('strict' or 'allow_equal').",
 						 RL_FENCE_DEFAULT_COLUMN)));
 
@@ -158,17 +168,43 @@ fence_get(HeapTuple tuple, TupleDesc tupdesc, const FenceColumn *col,
 }
 
 /*
+ * The setting holds a token that this transaction did not set.  RL001 like
+ * every refusal of the fence: the write offers no token it may use, which is
+ * what a fenced-out writer must stop on.
+ */
+static void
+fence_reject_scope(Relation rel, const FenceColumn *col, RlTokenScope scope)
+{
+	rl_stats_fence_rejection(RelationGetRelid(rel));
+	ereport(ERROR,
+			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+			 errmsg("fencing token for table \"%s\" was not set in this transaction",
+					fence_relname(rel)),
+			 scope == RL_TOKEN_PLAIN_SET ?
+			 errdetail("The token %s in redlock.fence_token was set for the session (by SET without LOCAL, or set_config() with is_local false), so it would outlive this transaction and its lease.",
+					   rl_fence_token_setting) :
+			 errdetail("The token %s in redlock.fence_token was set outside this transaction (by a session-level SET, ALTER ROLE or ALTER DATABASE SET, or the server configuration), so its lease may be gone.",
+					   rl_fence_token_setting),
+			 errhint("Set the token for the transaction only, with SET LOCAL redlock.fence_token or set_config('redlock.fence_token', ..., true), or set column \"%s\" in the statement.",
+					 col->name),
+			 errtablecol(rel, col->attnum)));
+}
+
+/*
  * redlock.fence_token as int64; false when unset.  The check hook has
- * already made sure it is a positive bigint.
+ * already made sure it is a positive bigint.  Refuses the write when the
+ * token was not set by the current transaction.
  */
 static bool
-fence_setting(int64 *value)
+fence_setting(Relation rel, const FenceColumn *col, int64 *value)
 {
-	const char *s = rl_fence_token_setting;
+	RlTokenScope scope = rl_fence_token_scope();
 
-	if (s == NULL || s[0] == '\0')
+	if (scope == RL_TOKEN_UNSET)
 		return false;
-	*value = strtoi64(s, NULL, 10);
+	if (scope != RL_TOKEN_TRANSACTION)
+		fence_reject_scope(rel, col, scope);
+	*value = strtoi64(rl_fence_token_setting, NULL, 10);
 	return true;
 }
 
@@ -359,7 +395,7 @@ redlock_fence(PG_FUNCTION_ARGS)
 			if (!have_new)
 				fence_reject_missing(rel, &col, FENCE_UPDATE_SET_NULL);
 		}
-		else if (fence_setting(&setting))
+		else if (fence_setting(rel, &col, &setting))
 		{
 			fence_judge(rel, &col, allow_equal, setting, have_stored, stored);
 			if (!have_new || offered != setting)
@@ -386,7 +422,7 @@ redlock_fence(PG_FUNCTION_ARGS)
 		bool		have_stored;
 
 		have_stored = fence_get(trigdata->tg_trigtuple, tupdesc, &col, &stored);
-		if (!fence_setting(&setting))
+		if (!fence_setting(rel, &col, &setting))
 			fence_reject_missing(rel, &col, FENCE_DELETE_UNSET);
 		fence_judge(rel, &col, allow_equal, setting, have_stored, stored);
 		return PointerGetDatum(trigdata->tg_trigtuple);
@@ -402,7 +438,7 @@ redlock_fence(PG_FUNCTION_ARGS)
 			fence_judge(rel, &col, allow_equal, offered, false, 0);
 			return PointerGetDatum(newtuple);
 		}
-		if (!fence_setting(&setting))
+		if (!fence_setting(rel, &col, &setting))
 			fence_reject_missing(rel, &col, FENCE_INSERT_NULL);
 		fence_judge(rel, &col, allow_equal, setting, false, 0);
 		return PointerGetDatum(fence_stamp(rel, newtuple, &col, setting));

@@ -6,7 +6,13 @@
  * Every setting that decides where locks live or how the nodes are reached
  * is PGC_SUSET.  Bad values are rejected by check hooks when they are set
  * (SET, ALTER SYSTEM + reload, postgresql.conf), so a typo never surfaces
- * later as a puzzling lock failure.
+ * later as a puzzling lock failure.  A bad redlock.nodes from the server
+ * configuration is remembered, so the lease functions can say why no nodes
+ * are set (rl_nodes_rejected_reason()).
+ *
+ * The fence reads redlock.fence_token only when the value in force was set
+ * by the current transaction (rl_fence_token_scope()), which it learns from
+ * the variable's GUC stack.
  *
  *-------------------------------------------------------------------------
  */
@@ -15,7 +21,10 @@
 #include <ctype.h>
 #include <limits.h>
 
+#include "access/xact.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 
 #include "guc.h"
 #include "redlock.h"
@@ -31,21 +40,28 @@ char	   *rl_key_prefix = NULL;
 char	   *rl_username = NULL;
 char	   *rl_password = NULL;
 char	   *rl_fence_token_setting = NULL;
-char	   *rl_dns_servers = NULL;
-int			rl_tls_mode = RL_TLS_DISABLE;
-char	   *rl_tls_ca_file = NULL;
-char	   *rl_tls_cert_file = NULL;
-char	   *rl_tls_key_file = NULL;
-
-static const struct config_enum_entry rl_tls_mode_options[] = {
-	{"disable", RL_TLS_DISABLE, false},
-	{"require", RL_TLS_REQUIRE, false},
-	{"verify-ca", RL_TLS_VERIFY_CA, false},
-	{"verify-full", RL_TLS_VERIFY_FULL, false},
-	{NULL, 0, false}
-};
+int			rl_max_leases = 1024;
+int			rl_keep_alive_limit_s = 3600;
+int			rl_stats_max_databases = 256;
+int			rl_stats_max_tables = 4096;
 
 static char *rl_nodes_setting = NULL;
+
+/* Our own GUC records, found once when they are defined */
+static struct config_generic *rl_nodes_gconf = NULL;
+static struct config_generic *rl_fence_token_gconf = NULL;
+
+/*
+ * The last redlock.nodes from a configuration source that check_nodes()
+ * refused, as an errdetail text: malloc'd, since check hooks run in the
+ * postmaster too (backends inherit it) and must not throw.
+ */
+static bool rl_nodes_rejected = false;
+static char *rl_nodes_rejected_text = NULL;
+static char rl_nodes_rejected_fallback[RL_NODES_ERRLEN];
+
+/* rl_define_gucs() is running: placeholder values are being applied */
+static bool rl_defining_gucs = false;
 
 #define RL_MAX_CREDENTIAL_LEN	512
 
@@ -59,153 +75,108 @@ rl_guc_malloc(size_t size)
 #endif
 }
 
-/*
- * Parse "host:port[, host:port ...]".  IPv6 addresses go in brackets:
- * "[::1]:6379".  Returns false with a message in errbuf on bad input.
- * An empty or all-blank value parses to an empty list (unset).
- */
-bool
-rl_parse_node_list(const char *value, RlNodeList *out, char *errbuf,
-				   size_t errlen)
+/* Where a value from a configuration source came from, for messages. */
+static const char *
+config_source_name(GucSource source)
 {
-	const char *p = value ? value : "";
-
-	memset(out, 0, sizeof(*out));
-
-	for (;;)
+	switch (source)
 	{
-		const char *host_start,
-				   *host_end;
-		const char *entry_start;
-		long		port;
-		char	   *endptr;
-		size_t		hostlen;
-		RlNodeAddr *node;
-
-		while (isspace((unsigned char) *p))
-			p++;
-		if (*p == '\0' && out->count == 0)
-			return true;		/* blank: unset */
-		if (*p == '\0' || *p == ',')
-		{
-			snprintf(errbuf, errlen, "entry %d is empty", out->count + 1);
-			return false;
-		}
-		entry_start = p;
-
-		if (*p == '[')
-		{
-			host_start = ++p;
-			while (*p && *p != ']')
-				p++;
-			if (*p != ']')
-			{
-				snprintf(errbuf, errlen, "unterminated \"[\" in \"%s\"", entry_start);
-				return false;
-			}
-			host_end = p++;
-		}
-		else
-		{
-			host_start = p;
-			while (*p && *p != ':' && *p != ',' && !isspace((unsigned char) *p))
-				p++;
-			host_end = p;
-		}
-
-		hostlen = host_end - host_start;
-		if (hostlen == 0)
-		{
-			snprintf(errbuf, errlen, "missing host in entry %d", out->count + 1);
-			return false;
-		}
-		if (hostlen > RL_MAX_HOST_LEN)
-		{
-			snprintf(errbuf, errlen, "host name in entry %d is longer than %d bytes",
-					 out->count + 1, RL_MAX_HOST_LEN);
-			return false;
-		}
-		for (const char *c = host_start; c < host_end; c++)
-		{
-			if (!isalnum((unsigned char) *c) && *c != '.' && *c != '-' &&
-				*c != '_' && *c != ':')
-			{
-				snprintf(errbuf, errlen, "invalid character \"%c\" in host of entry %d",
-						 *c, out->count + 1);
-				return false;
-			}
-		}
-
-		if (*p != ':')
-		{
-			snprintf(errbuf, errlen, "entry %d has no port (expected host:port)",
-					 out->count + 1);
-			return false;
-		}
-		p++;
-		if (!isdigit((unsigned char) *p))
-		{
-			snprintf(errbuf, errlen, "entry %d has an invalid port", out->count + 1);
-			return false;
-		}
-		errno = 0;
-		port = strtol(p, &endptr, 10);
-		if (errno != 0 || port < 1 || port > 65535)
-		{
-			snprintf(errbuf, errlen, "port of entry %d is out of range (1..65535)",
-					 out->count + 1);
-			return false;
-		}
-		p = endptr;
-		while (isspace((unsigned char) *p))
-			p++;
-		if (*p != ',' && *p != '\0')
-		{
-			snprintf(errbuf, errlen, "unexpected \"%c\" after the port of entry %d",
-					 *p, out->count + 1);
-			return false;
-		}
-
-		if (out->count >= RL_MAX_NODES)
-		{
-			snprintf(errbuf, errlen, "more than %d nodes", RL_MAX_NODES);
-			return false;
-		}
-		node = &out->nodes[out->count];
-		memcpy(node->host, host_start, hostlen);
-		node->host[hostlen] = '\0';
-		node->port = (int) port;
-
-		for (int i = 0; i < out->count; i++)
-		{
-			if (out->nodes[i].port == node->port &&
-				pg_strcasecmp(out->nodes[i].host, node->host) == 0)
-			{
-				snprintf(errbuf, errlen, "node %s:%d is listed twice",
-						 node->host, node->port);
-				return false;
-			}
-		}
-		out->count++;
-
-		if (*p == '\0')
-			return true;
-		p++;					/* the comma */
+		case PGC_S_FILE:
+			return "the configuration file";
+		case PGC_S_ARGV:
+			return "the server command line";
+		case PGC_S_GLOBAL:
+		case PGC_S_DATABASE:
+		case PGC_S_USER:
+		case PGC_S_DATABASE_USER:
+			return "ALTER ROLE or ALTER DATABASE settings";
+		case PGC_S_CLIENT:
+			return "the connection request";
+		default:
+			return "the server configuration";
 	}
+}
+
+static void
+nodes_forget_rejection(void)
+{
+	rl_nodes_rejected = false;
+	free(rl_nodes_rejected_text);
+	rl_nodes_rejected_text = NULL;
+}
+
+#define RL_NODES_REJECTED_FMT \
+	"The value \"%s\" of redlock.nodes from %s was rejected, so the previous value stays in force. %s"
+
+static void
+nodes_remember_rejection(const char *value, const char *why, GucSource source)
+{
+	const char *from = config_source_name(source);
+	size_t		len;
+
+	nodes_forget_rejection();
+	rl_nodes_rejected = true;
+	if (value == NULL)
+		value = "";
+	len = sizeof(RL_NODES_REJECTED_FMT) + strlen(value) + strlen(from) + strlen(why);
+	rl_nodes_rejected_text = malloc(len);
+	if (rl_nodes_rejected_text != NULL)
+		snprintf(rl_nodes_rejected_text, len, RL_NODES_REJECTED_FMT,
+				 value, from, why);
+	else
+		snprintf(rl_nodes_rejected_fallback, sizeof(rl_nodes_rejected_fallback),
+				 "The value of redlock.nodes from %s was rejected. %s", from, why);
+}
+
+const char *
+rl_nodes_rejected_reason(void)
+{
+	if (!rl_nodes_rejected)
+		return NULL;
+	/* a value set in this session was never the configured one */
+	if (rl_nodes_gconf != NULL && rl_nodes_gconf->source >= PGC_S_INTERACTIVE)
+		return NULL;
+	return rl_nodes_rejected_text ? rl_nodes_rejected_text :
+		rl_nodes_rejected_fallback;
 }
 
 static bool
 check_nodes(char **newval, void **extra, GucSource source)
 {
 	RlNodeList	parsed;
-	char		errbuf[256];
+	char		errbuf[RL_NODES_ERRLEN];
 	RlNodeList *copy;
+	bool		from_config;
+
+	/*
+	 * A value from a configuration source (postgresql.conf, the command
+	 * line, ALTER ROLE/DATABASE SET, the connection request) that is
+	 * refused leaves the previous value in force, often the empty default,
+	 * with nothing but a line in the server log: remember why, for the lease
+	 * functions' error; a valid value from such a source forgets it.
+	 * Interactive SET and PGC_S_TEST (validating ALTER ROLE/DATABASE SET)
+	 * report the error to the user directly and change nothing.
+	 *
+	 * ALTER SYSTEM and pg_file_settings check values as PGC_S_FILE too, but
+	 * inside a transaction, where the configuration file is never applied
+	 * except to the placeholder values of a library being loaded (here,
+	 * while rl_define_gucs() runs): those checks leave the record alone.
+	 *
+	 * Not seen here: a refused line that is removed from postgresql.conf
+	 * (PostgreSQL re-checks only settings still in the file, and one whose
+	 * value came from the file), so that refusal is remembered until a
+	 * restart or a valid value.
+	 */
+	from_config = source < PGC_S_INTERACTIVE &&
+		!(source == PGC_S_FILE && IsTransactionState() && !rl_defining_gucs);
 
 	if (!rl_parse_node_list(*newval, &parsed, errbuf, sizeof(errbuf)))
 	{
-		GUC_check_errmsg("invalid value for parameter \"redlock.nodes\": %s", errbuf);
+		GUC_check_errdetail("%s", errbuf);
 		GUC_check_errhint("Give 1 to %d independent Redis masters as a comma-separated list of host:port, e.g. '10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379'.",
 						  RL_MAX_NODES);
+		if (from_config)
+			nodes_remember_rejection(*newval, errbuf, source);
 		return false;
 	}
 	copy = rl_guc_malloc(sizeof(RlNodeList));
@@ -213,6 +184,8 @@ check_nodes(char **newval, void **extra, GucSource source)
 		return false;
 	memcpy(copy, &parsed, sizeof(RlNodeList));
 	*extra = copy;
+	if (from_config)
+		nodes_forget_rejection();
 	return true;
 }
 
@@ -234,7 +207,7 @@ check_key_prefix(char **newval, void **extra, GucSource source)
 
 	if (len == 0 || len > RL_MAX_KEY_PREFIX_LEN)
 	{
-		GUC_check_errdetail("redlock.key_prefix must be 1 to %d bytes long.",
+		GUC_check_errdetail("The key prefix must be 1 to %d bytes long.",
 							RL_MAX_KEY_PREFIX_LEN);
 		return false;
 	}
@@ -243,7 +216,7 @@ check_key_prefix(char **newval, void **extra, GucSource source)
 		if ((unsigned char) *c < 0x21 || (unsigned char) *c > 0x7e ||
 			*c == '*' || *c == '?' || *c == '[' || *c == ']' || *c == '\\')
 		{
-			GUC_check_errdetail("redlock.key_prefix may contain only printable ASCII characters other than space, \"*\", \"?\", \"[\", \"]\" and \"\\\".");
+			GUC_check_errdetail("The key prefix may contain only printable ASCII characters other than space, \"*\", \"?\", \"[\", \"]\" and \"\\\".");
 			return false;
 		}
 	}
@@ -278,94 +251,6 @@ assign_credential(const char *newval, void *extra)
 }
 
 /*
- * redlock.dns_servers: the DNS servers to ask instead of those of
- * /etc/resolv.conf, as "ip[:port],..." ("[ipv6]:port" with a port).
- */
-static bool
-check_dns_servers(char **newval, void **extra, GucSource source)
-{
-	if (strlen(*newval) > 1024)
-	{
-		GUC_check_errdetail("redlock.dns_servers may be at most 1024 bytes long.");
-		return false;
-	}
-	for (const char *c = *newval; *c; c++)
-	{
-		if (!isxdigit((unsigned char) *c) && *c != '.' && *c != ':' &&
-			*c != ',' && *c != '[' && *c != ']' && *c != ' ')
-		{
-			GUC_check_errdetail("redlock.dns_servers is a comma-separated list of IP addresses, each optionally with a port (\"10.0.0.53:53\", \"[::1]:53\").");
-			return false;
-		}
-	}
-	return true;
-}
-
-/* The TLS settings take effect on new connections, with a new TLS context. */
-static void
-assign_tls_mode(int newval, void *extra)
-{
-	rl_node_list_generation++;
-}
-
-/*
- * A certificate or key file must be readable and hold PEM data of the right
- * kind.  Whether OpenSSL accepts it is known only when it loads it: that
- * error, naming the file, is reported at connect.
- */
-static bool
-check_pem_file(char **newval, const char *name, const char *marker)
-{
-	FILE	   *f;
-	char		buf[65536];
-	size_t		n;
-
-	if (*newval == NULL || (*newval)[0] == '\0')
-		return true;
-	f = fopen(*newval, "r");
-	if (f == NULL)
-	{
-		GUC_check_errdetail("Could not open %s file \"%s\": %s.", name, *newval,
-							strerror(errno));
-		return false;
-	}
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	if (strstr(buf, "-----BEGIN ") == NULL || strstr(buf, marker) == NULL)
-	{
-		GUC_check_errdetail("The %s file \"%s\" holds no PEM \"%s\" block.",
-							name, *newval, marker);
-		return false;
-	}
-	return true;
-}
-
-static bool
-check_tls_ca_file(char **newval, void **extra, GucSource source)
-{
-	return check_pem_file(newval, "CA", "CERTIFICATE");
-}
-
-static bool
-check_tls_cert_file(char **newval, void **extra, GucSource source)
-{
-	return check_pem_file(newval, "certificate", "CERTIFICATE");
-}
-
-static bool
-check_tls_key_file(char **newval, void **extra, GucSource source)
-{
-	return check_pem_file(newval, "key", "PRIVATE KEY");
-}
-
-static void
-assign_tls_file(const char *newval, void *extra)
-{
-	rl_node_list_generation++;
-}
-
-/*
  * redlock.fence_token: a transaction-local token for the fence trigger.
  * Empty means unset; otherwise a positive bigint.
  */
@@ -382,15 +267,78 @@ check_fence_token(char **newval, void **extra, GucSource source)
 	v = strtoll(s, &end, 10);
 	if (errno != 0 || end == s || *end != '\0' || v <= 0 || !isdigit((unsigned char) s[0]))
 	{
-		GUC_check_errdetail("redlock.fence_token must be a positive bigint (1 to 9223372036854775807), or empty.");
+		GUC_check_errdetail("The token must be a positive bigint (1 to 9223372036854775807), or empty.");
 		return false;
 	}
 	return true;
 }
 
+/*
+ * Our own GUC record, to read its source and stack.  PostgreSQL 16 exports
+ * find_option(); before that, the sorted array of all records is searched.
+ * A custom variable's record stays where it is once defined.
+ */
+static struct config_generic *
+find_own_guc(const char *name)
+{
+#if PG_VERSION_NUM >= 160000
+	return find_option(name, false, true, ERROR);
+#else
+	struct config_generic **vars = get_guc_variables();
+	int			nvars = GetNumConfigOptions();
+
+	for (int i = 0; i < nvars; i++)
+	{
+		if (strcmp(vars[i]->name, name) == 0)
+			return vars[i];
+	}
+	return NULL;
+#endif
+}
+
+/*
+ * Where the value of redlock.fence_token in force comes from.  A GUC has a
+ * stack entry only while it was changed in the current transaction (each
+ * subtransaction and each function with a SET clause opens a nest level;
+ * AtEOXact_GUC() pops or merges the entries when they end).  The newest
+ * entry tells how the value in force was set at its level:
+ *
+ *	GUC_LOCAL		SET LOCAL or set_config(..., true): undone at the end of
+ *					the transaction at the latest
+ *	GUC_SET_LOCAL	SET, then SET LOCAL at the same level: the value in force
+ *					is the LOCAL one; the SET value comes back at commit
+ *	GUC_SAVE		a function's SET clause: undone when the function returns
+ *	GUC_SET			SET without LOCAL: kept after commit
+ *
+ * This stays exact across subtransactions: a RELEASE merges the entry into
+ * its parent's level with the same meaning (a plain SET makes the parent's
+ * entry GUC_SET; a LOCAL one over a parent's SET makes it GUC_SET_LOCAL),
+ * and a rollback to a savepoint restores the value and entries from before
+ * it.  Without a stack entry the value was set outside this transaction: a
+ * session SET in an earlier one, ALTER ROLE/DATABASE SET, the connection
+ * request or the server configuration.  So is a value that SET LOCAL ... TO
+ * DEFAULT or RESET brought back: its source is then the configuration's,
+ * below PGC_S_INTERACTIVE.
+ */
+RlTokenScope
+rl_fence_token_scope(void)
+{
+	struct config_generic *gconf = rl_fence_token_gconf;
+
+	if (rl_fence_token_setting == NULL || rl_fence_token_setting[0] == '\0')
+		return RL_TOKEN_UNSET;
+	if (gconf == NULL || gconf->stack == NULL ||
+		gconf->source < PGC_S_INTERACTIVE)
+		return RL_TOKEN_OUTSIDE;
+	if (gconf->stack->state == GUC_SET)
+		return RL_TOKEN_PLAIN_SET;
+	return RL_TOKEN_TRANSACTION;
+}
+
 void
 rl_define_gucs(void)
 {
+	rl_defining_gucs = true;
 	DefineCustomStringVariable("redlock.nodes",
 							   "Redis masters holding the leases, as a comma-separated host:port list.",
 							   "Use 1 to 15 independent masters; an odd number tolerates the most failures.",
@@ -472,60 +420,67 @@ rl_define_gucs(void)
 							   GUC_SUPERUSER_ONLY,
 							   check_credential, assign_credential, NULL);
 
-	DefineCustomEnumVariable("redlock.tls_mode",
-							 "Whether connections to the Redis nodes use TLS, and what is checked.",
-							 "disable, require (encrypted, certificate not checked), verify-ca (signed by a trusted CA), verify-full (and names the node).",
-							 &rl_tls_mode,
-							 RL_TLS_DISABLE,
-							 rl_tls_mode_options,
-							 PGC_SUSET,
-							 0,
-							 NULL, assign_tls_mode, NULL);
-
-	DefineCustomStringVariable("redlock.tls_ca_file",
-							   "CA certificates (PEM) that node certificates are checked against.",
-							   "Empty: the system's default CA store.",
-							   &rl_tls_ca_file,
-							   "",
-							   PGC_SUSET,
-							   0,
-							   check_tls_ca_file, assign_tls_file, NULL);
-
-	DefineCustomStringVariable("redlock.tls_cert_file",
-							   "Client certificate (PEM) presented to the nodes; empty for none.",
-							   NULL,
-							   &rl_tls_cert_file,
-							   "",
-							   PGC_SUSET,
-							   0,
-							   check_tls_cert_file, assign_tls_file, NULL);
-
-	DefineCustomStringVariable("redlock.tls_key_file",
-							   "Private key (PEM, unencrypted) of the client certificate.",
-							   NULL,
-							   &rl_tls_key_file,
-							   "",
-							   PGC_SUSET,
-							   GUC_SUPERUSER_ONLY,
-							   check_tls_key_file, assign_tls_file, NULL);
-
-	DefineCustomStringVariable("redlock.dns_servers",
-							   "DNS servers used to look up node host names, instead of /etc/resolv.conf.",
-							   "A comma-separated list of IP addresses, each optionally with a port.",
-							   &rl_dns_servers,
-							   "",
-							   PGC_SUSET,
-							   GUC_NOT_IN_SAMPLE,
-							   check_dns_servers, assign_credential, NULL);
+	rl_define_net_gucs();
 
 	DefineCustomStringVariable("redlock.fence_token",
-							   "Fencing token offered by writes in this transaction (use SET LOCAL).",
-							   "Read by the redlock_fence() trigger for DELETE and for UPDATEs that leave the token column unchanged.",
+							   "Fencing token offered by writes in this transaction (set it with SET LOCAL).",
+							   "Read by the redlock_fence() trigger for DELETE, for INSERTs that leave the token column NULL and for UPDATEs that leave it unchanged.  Only a token set in the current transaction (SET LOCAL, set_config(..., true), a function's SET clause) is accepted.",
 							   &rl_fence_token_setting,
 							   "",
 							   PGC_USERSET,
 							   0,
 							   check_fence_token, NULL, NULL);
 
+	/*
+	 * The statistics tables and the lock table live in shared memory, so
+	 * their sizes are fixed at server start; PostgreSQL allows
+	 * PGC_POSTMASTER variables only to libraries in shared_preload_libraries,
+	 * which they need anyway.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		DefineCustomIntVariable("redlock.stats_max_databases",
+								"Number of databases whose lease statistics are kept in shared memory.",
+								"Events of further databases are counted only in redlock_stats_info.database_events_untracked.",
+								&rl_stats_max_databases,
+								256, 1, 65536,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
+		DefineCustomIntVariable("redlock.stats_max_tables",
+								"Number of tables whose fence rejections are kept in shared memory.",
+								"Rejections on further tables are counted only in redlock_stats_info.table_rejections_untracked; redlock_stats_reset() empties the table.",
+								&rl_stats_max_tables,
+								4096, 1, 1048576,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
+		DefineCustomIntVariable("redlock.max_leases",
+								"Leases held or awaited at once on this server that the lock table can hold.",
+								"The lock table (redlock_locks, wake-ups at release, keep-alive) needs redlock in shared_preload_libraries.",
+								&rl_max_leases,
+								1024, 16, 1000000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+	}
+
+	DefineCustomIntVariable("redlock.keep_alive_limit",
+							"Longest time the keep-alive worker extends a lease after it was granted.",
+							"After it, a lease taken with keep_alive => true expires by its TTL unless it is extended by hand.",
+							&rl_keep_alive_limit_s,
+							3600, 1, 604800,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("redlock");
+	rl_defining_gucs = false;
+
+	rl_nodes_gconf = find_own_guc("redlock.nodes");
+	rl_fence_token_gconf = find_own_guc("redlock.fence_token");
+	if (rl_nodes_gconf == NULL || rl_fence_token_gconf == NULL)
+		elog(ERROR, "redlock could not find its own configuration variables");
 }

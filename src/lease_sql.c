@@ -20,7 +20,9 @@
 #include "utils/tuplestore.h"
 
 #include "lifecycle.h"
+#include "lock_table.h"
 #include "registry.h"
+#include "wait_events.h"
 #include "stats.h"
 
 /* ---------- argument checks ---------- */
@@ -132,30 +134,57 @@ report_unavailable(const char *resource, const RlRequest *req, bool extending)
 			 errhint("Check that the nodes in redlock.nodes are running and reachable.")));
 }
 
-/* Wait before the next attempt, honouring lock_timeout and interrupts. */
+/*
+ * Wait for our turn to ask the nodes again.  With the lock table, a holder
+ * on this server that releases the resource (or a waiter ahead of us that
+ * gives up) sets our latch; we also wake at a local holder's expiry and,
+ * as a backstop for holders on other servers, after redlock.retry_delay
+ * plus jitter.  Stops with 55P03 at lock_timeout or the call's wait_ms.
+ */
 static void
-retry_sleep(const char *resource, int64_t started_us, const RlRequest *last)
+wait_turn(const char *resource, int64_t started_us, int wait_ms,
+		  const RlRequest *last)
 {
 	long		delay_ms = rl_retry_delay_ms;
+	int64_t		now = rl_now_us();
+	int64_t		expiry = rl_lock_table_holder_expiry(resource);
+	int			limit_ms = -1;
 
 	if (rl_retry_jitter_ms > 0)
 		delay_ms += (long) pg_prng_uint64_range(&pg_global_prng_state, 0,
 												rl_retry_jitter_ms);
+	if (expiry > now)
+		delay_ms = Min(delay_ms, (expiry - now) / 1000 + 1);
+	else if (expiry > 0 && now - expiry < 1000000)
+		delay_ms = Min(delay_ms, 20);	/* it should be gone any moment */
+
 	if (LockTimeout > 0)
+		limit_ms = LockTimeout;
+	if (wait_ms >= 0 && (limit_ms < 0 || wait_ms < limit_ms))
+		limit_ms = wait_ms;
+	if (limit_ms >= 0)
 	{
-		int64_t		left_ms = LockTimeout - (rl_now_us() - started_us) / 1000;
+		int64_t		left_ms = limit_ms - (now - started_us) / 1000;
 
 		if (left_ms <= 0)
 		{
 			StringInfoData detail;
 
 			initStringInfo(&detail);
-			appendStringInfoString(&detail, "Last attempt:");
-			describe_nodes(&detail, last);
+			if (last != NULL)
+			{
+				appendStringInfoString(&detail, "Last attempt:");
+				describe_nodes(&detail, last);
+			}
+			else
+				appendStringInfoString(&detail, "Other sessions of this server were waiting for it first.");
 			rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
-			rl_stats_acquire_latency(rl_now_us() - started_us);
+			rl_stats_acquire_latency(now - started_us);
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 limit_ms == wait_ms ?
+					 errmsg("could not obtain lease on \"%s\" within wait_ms (%d ms)",
+							resource, wait_ms) :
 					 errmsg("could not obtain lease on \"%s\" within lock_timeout (%d ms)",
 							resource, LockTimeout),
 					 errdetail_internal("%s", detail.data)));
@@ -164,7 +193,7 @@ retry_sleep(const char *resource, int64_t started_us, const RlRequest *last)
 	}
 
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 delay_ms, PG_WAIT_EXTENSION);
+					 delay_ms, rl_wait_event_lease());
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
 }
@@ -178,14 +207,41 @@ add_hold(RlLease *lease, bool xact)
 		lease->xact_subid = GetCurrentSubTransactionId();
 	else if (!xact)
 		lease->session_holds++;
+	rl_registry_holds_changed(lease);
+}
+
+/* keep_alive argument: absent or NULL means false. */
+static bool
+keep_alive_arg(FunctionCallInfo fcinfo, int argno)
+{
+	return PG_NARGS() > argno && !PG_ARGISNULL(argno) && PG_GETARG_BOOL(argno);
+}
+
+/* wait_ms argument: NULL or absent means no limit of its own (-1). */
+static int
+wait_ms_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int32		wait_ms;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return -1;
+	wait_ms = PG_GETARG_INT32(argno);
+	if (wait_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait_ms must not be negative, not %d", wait_ms),
+				 errhint("Use NULL to wait without a limit of its own (lock_timeout still applies), or redlock_try_lock() not to wait.")));
+	return wait_ms;
 }
 
 /*
  * Take (or re-enter) a lease.  Returns the token, or -1 when try_only and
- * the resource is held elsewhere.
+ * the resource is held elsewhere.  wait_ms: -1 for no limit of its own.
+ * keep_alive: the keep-alive worker extends it while this backend lives.
  */
 static int64
-acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
+acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
+		bool keep_alive)
 {
 	char		resource[RL_MAX_RESOURCE_LEN + 1];
 	char		key[RL_KEY_MAX + 1];
@@ -194,9 +250,19 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 	RlLease    *lease;
 	RlGrant		grant;
 	int64_t		started_us;
+	int			slot;
+	RlRequest	req;
+	bool		asked = false;
+	bool		announced = false;
 
 	resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
+	if (keep_alive && !rl_lock_table_enabled())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("keep_alive needs redlock in shared_preload_libraries"),
+				 errdetail("Leases are kept alive by a background worker, which only runs when redlock is preloaded."),
+				 errhint("Add redlock to shared_preload_libraries and restart the server, or extend the lease with redlock_extend().")));
 	rl_nodes_ready();
 
 	lease = rl_registry_find(resource);
@@ -206,8 +272,9 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 		rl_registry_forget(lease);
 		lease = NULL;
 	}
-	if (lease != NULL && lease->valid_until_us > rl_now_us())
+	if (lease != NULL && rl_registry_valid_until(lease) > rl_now_us())
 	{
+		lease->keep_alive |= keep_alive;
 		add_hold(lease, xact);
 		return lease->token;
 	}
@@ -219,7 +286,6 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 	if (lease != NULL)
 	{
 		RlReleaseItem item = {lease->key, lease->keylen, lease->owner};
-		RlRequest	req;
 
 		rl_proto_release(&item, 1, false, false, 0, &req);
 	}
@@ -227,12 +293,27 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 	keylen = rl_lock_key(key, resource);
 	started_us = rl_now_us();
 	rl_stats_count(RL_STAT_ACQUIRES);
+	slot = rl_registry_begin_acquire(resource, key);
 	for (;;)
 	{
-		RlRequest	req;
-		RlAttempt	r = rl_proto_acquire(resource, key, keylen, ttl_ms,
-										 &grant, &req);
+		RlAttempt	r;
 
+		/* waiting: the wake-up worker listens for releases on other servers */
+		if (asked && !try_only && !announced)
+		{
+			rl_lock_table_wake_worker(RL_WORKER_WAKEUP);
+			announced = true;
+		}
+
+		/* first come, first served among the waiters of this server */
+		if (!try_only && !rl_lock_table_first_waiter(slot))
+		{
+			wait_turn(resource, started_us, wait_ms, asked ? &req : NULL);
+			continue;
+		}
+
+		r = rl_proto_acquire(resource, key, keylen, ttl_ms, &grant, &req);
+		asked = true;
 		if (r == RL_ATTEMPT_GRANTED)
 			break;
 		if (r == RL_ATTEMPT_UNAVAILABLE)
@@ -254,13 +335,14 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 						 errhint("Use a longer TTL.")));
 			}
 			rl_stats_count(RL_STAT_REFUSED_HELD);
+			rl_registry_end_acquire(NULL);
 			/* an expired lease we could not renew is gone, holds and all */
 			lease = rl_registry_find(resource);
 			if (lease != NULL)
 				rl_registry_forget(lease);
 			return -1;
 		}
-		retry_sleep(resource, started_us, &req);
+		wait_turn(resource, started_us, wait_ms, &req);
 	}
 
 	rl_stats_count(RL_STAT_GRANTS);
@@ -277,7 +359,12 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only)
 	lease->token = grant.token;
 	lease->ttl_ms = ttl_ms;
 	lease->valid_until_us = grant.valid_until_us;
-	add_hold(lease, xact);
+	lease->keep_alive |= keep_alive;
+	if (xact && lease->xact_holds++ == 0)
+		lease->xact_subid = GetCurrentSubTransactionId();
+	else if (!xact)
+		lease->session_holds++;
+	rl_registry_end_acquire(lease);
 	return lease->token;
 }
 
@@ -295,19 +382,22 @@ PG_FUNCTION_INFO_V1(redlock_leases);
 Datum
 redlock_lock(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_INT64(acquire(fcinfo, false, false));
+	PG_RETURN_INT64(acquire(fcinfo, false, false, wait_ms_arg(fcinfo, 2),
+							keep_alive_arg(fcinfo, 3)));
 }
 
 Datum
 redlock_xact_lock(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_INT64(acquire(fcinfo, true, false));
+	PG_RETURN_INT64(acquire(fcinfo, true, false, wait_ms_arg(fcinfo, 2),
+							keep_alive_arg(fcinfo, 3)));
 }
 
 Datum
 redlock_try_lock(PG_FUNCTION_ARGS)
 {
-	int64		token = acquire(fcinfo, false, true);
+	int64		token = acquire(fcinfo, false, true, -1,
+								keep_alive_arg(fcinfo, 2));
 
 	if (token < 0)
 		PG_RETURN_NULL();
@@ -317,7 +407,8 @@ redlock_try_lock(PG_FUNCTION_ARGS)
 Datum
 redlock_try_xact_lock(PG_FUNCTION_ARGS)
 {
-	int64		token = acquire(fcinfo, true, true);
+	int64		token = acquire(fcinfo, true, true, -1,
+								keep_alive_arg(fcinfo, 2));
 
 	if (token < 0)
 		PG_RETURN_NULL();
@@ -347,7 +438,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 	if (--lease->session_holds > 0 || lease->xact_holds > 0)
 		PG_RETURN_BOOL(true);
 
-	left_ms = (lease->valid_until_us - rl_now_us()) / 1000;
+	left_ms = (rl_registry_valid_until(lease) - rl_now_us()) / 1000;
 	if (left_ms <= 0)
 		ereport(WARNING,
 				(errcode(ERRCODE_REDLOCK_LEASE_LOST),
@@ -430,7 +521,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("this session holds no lease on \"%s\"", resource)));
 
-	if (lease->valid_until_us <= rl_now_us())
+	if (rl_registry_valid_until(lease) <= rl_now_us())
 		lease_lost(lease, resource, "it expired before it was extended", NULL);
 
 	decision = rl_proto_extend(lease->key, lease->keylen, lease->owner, ttl_ms,
@@ -451,6 +542,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 	lease->ttl_ms = ttl_ms;
 	lease->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
 		rl_drift_us(ttl_ms, rl_drift_factor);
+	rl_registry_holds_changed(lease);
 	PG_RETURN_INT32((int32) (validity_us / 1000));
 }
 
@@ -466,8 +558,8 @@ redlock_leases(PG_FUNCTION_ARGS)
 	for (lease = rl_registry_next(&status, true); lease != NULL;
 		 lease = rl_registry_next(&status, false))
 	{
-		Datum		values[5];
-		bool		nulls[5] = {false, false, false, false, false};
+		Datum		values[7];
+		bool		nulls[7] = {0};
 		const char *scope;
 
 		if (lease->state != RL_LEASE_HELD)
@@ -483,7 +575,9 @@ redlock_leases(PG_FUNCTION_ARGS)
 		values[1] = Int64GetDatum(lease->token);
 		values[2] = CStringGetTextDatum(scope);
 		values[3] = Int32GetDatum(lease->session_holds + lease->xact_holds);
-		values[4] = Int32GetDatum((int32) Max((lease->valid_until_us - now) / 1000, 0));
+		values[4] = Int32GetDatum((int32) Max((rl_registry_valid_until(lease) - now) / 1000, 0));
+		values[5] = BoolGetDatum(lease->keep_alive);
+		values[6] = BoolGetDatum(lease->keep_alive && rl_registry_valid_until(lease) == 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -21,6 +21,7 @@
 #include "storage/ipc.h"
 #include "tcop/utility.h"
 
+#include "guc.h"
 #include "lifecycle.h"
 #include "registry.h"
 
@@ -36,6 +37,7 @@ static void
 rl_backend_exit(int code, Datum arg)
 {
 	rl_proto_abandon_in_flight();
+	rl_registry_abort_acquire();
 	(void) rl_registry_release(RL_DROP_ALL, InvalidSubTransactionId, true);
 	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
 	rl_nodes_disconnect_all();
@@ -72,6 +74,12 @@ rl_nodes_ready(void)
 		rl_nodes_apply_config();
 	}
 
+	if (rl_nodes_count() == 0 && rl_nodes_rejected_reason() != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_CONFIG),
+				 errmsg("invalid value for parameter \"redlock.nodes\" in the server configuration"),
+				 errdetail("%s", rl_nodes_rejected_reason()),
+				 errhint("Correct redlock.nodes in the server configuration and reload it.")));
 	if (rl_nodes_count() == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_REDLOCK_CONFIG),
@@ -98,6 +106,7 @@ rl_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			rl_proto_abandon_in_flight();
+			rl_registry_abort_acquire();
 			(void) rl_registry_release(RL_DROP_XACT, InvalidSubTransactionId, true);
 			break;
 		default:
@@ -117,6 +126,7 @@ rl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		rl_proto_abandon_in_flight();
+		rl_registry_abort_acquire();
 		(void) rl_registry_release(RL_DROP_SUBXACT, mySubid, true);
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)

@@ -95,6 +95,19 @@ rl_node_name(int i)
 	return rl_nodes[i].name;
 }
 
+/* Changes whenever node i gets a new connection (pub/sub: subscribe again). */
+uint64_t
+rl_node_connection_serial(int i)
+{
+	return rl_nodes[i].serial;
+}
+
+bool
+rl_node_connected(int i)
+{
+	return rl_nodes[i].state != RL_CONN_NONE;
+}
+
 int
 rl_nodes_open_connections(void)
 {
@@ -251,6 +264,7 @@ node_connect(RlNode *node, RlRequest *req)
 		rl_reply_functions.createArray = rl_create_array;
 	}
 	node->reader->fn = &rl_reply_functions;
+	node->serial++;
 	node->state = RL_CONN_RESOLVING;
 	node->connect_started_us = node->phase_started_us = now;
 	node->connect_deadline_us = now + (int64_t) rl_connect_timeout_ms * 1000;

@@ -48,6 +48,7 @@ typedef struct RlNode
 {
 	RlNodeAddr	addr;
 	char		name[RL_MAX_HOST_LEN + 16];
+	uint64_t	serial;			/* counts the connections opened */
 	RlConnState state;
 	int			fd;				/* our socket, -1 if none; counted with
 								 * AcquireExternalFD() while open */
@@ -78,6 +79,7 @@ typedef struct RlNode
 	int			backoff_ms;
 	char		last_error[192];
 	bool		reported_down;	/* we logged that it stopped answering */
+	bool		push_refused;	/* we logged a refused subscription */
 
 	/* must-deliver commands not yet sent, sent first on the next connection */
 	char	   *kept_cmd[RL_MAX_KEPT];

@@ -28,6 +28,38 @@
 
 uint64_t	rl_round_id = 0;
 uint64_t	rl_dispatch_tag = 0;
+static RlPushHandler rl_push_handler = NULL;
+
+void
+rl_nodes_set_push_handler(RlPushHandler handler)
+{
+	rl_push_handler = handler;
+}
+
+/*
+ * Is this a pub/sub push ("message", or the confirmation of a (un)subscribe,
+ * which we do not count as replies)?  Hands messages to the handler.
+ */
+static bool
+take_push(redisReply *reply)
+{
+	const redisReply *kind;
+
+	if (rl_push_handler == NULL || reply->type != REDIS_REPLY_ARRAY ||
+		reply->elements != 3)
+		return false;
+	kind = reply->element[0];
+	if (kind->type != REDIS_REPLY_STRING)
+		return false;
+	if (kind->len == 7 && memcmp(kind->str, "message", 7) == 0)
+	{
+		if (reply->element[1]->type == REDIS_REPLY_STRING)
+			rl_push_handler(reply->element[1]->str, reply->element[1]->len);
+		return true;
+	}
+	return (kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0) ||
+		(kind->len == 11 && memcmp(kind->str, "unsubscribe", 11) == 0);
+}
 
 bool
 pipeline_owe(RlNode *node, uint64_t tag)
@@ -147,6 +179,13 @@ pipeline_queue(RlNode *node, const RlRequest *req, uint64_t tag)
 	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
 	if (len <= 0)
 		return false;
+	if (req->no_reply)
+	{
+		bool		ok = sock_append(node, cmd, len);
+
+		redisFreeCommand(cmd);
+		return ok;
+	}
 	slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
 	if (node->owed_count >= RL_MAX_OWED || !sock_append(node, cmd, len))
 	{
@@ -297,6 +336,24 @@ pipeline_read(RlNode *node, RlRequest *req)
 			return;
 		reply = (redisReply *) r;
 
+		if (take_push(reply))
+		{
+			freeReplyObject(reply);
+			node_answering(node);
+			continue;
+		}
+		if (rl_push_handler != NULL && node->owed_count == 0 &&
+			reply->type == REDIS_REPLY_ERROR)
+		{
+			/* a (UN)SUBSCRIBE refused, e.g. by an ACL: say so once */
+			if (!node->push_refused)
+				ereport(LOG,
+						(errmsg("redlock: node %s refused a subscription: %.*s",
+								node->name, (int) Min(reply->len, 120), reply->str)));
+			node->push_refused = true;
+			freeReplyObject(reply);
+			continue;
+		}
 		if (node->owed_count == 0)
 		{
 			freeReplyObject(reply);

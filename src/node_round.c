@@ -376,6 +376,24 @@ rl_nodes_drain(int64_t deadline_us)
 }
 
 /*
+ * Wait up to timeout_ms for pushes (pub/sub messages) on the open
+ * connections, handing them to the push handler; returns early when the
+ * latch is set.  Interrupts are served.
+ */
+void
+rl_nodes_wait_pushes(long timeout_ms)
+{
+	RlReady		ready[RL_MAX_READY];
+	int			nready;
+
+	timeout_ms = resolve_timeout_ms(timeout_ms);
+	if (wait_any_buffered_input())
+		timeout_ms = 0;
+	nready = wait_in_event_set(timeout_ms, ready);
+	wait_handle_ready(NULL, ready, nready);
+}
+
+/*
  * Send the request without waiting for replies (releases pipelined ahead of
  * a request that will be waited for).  Output that does not fit in the
  * socket now goes out with the next round.

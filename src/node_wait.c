@@ -27,6 +27,7 @@
 #include "utils/memutils.h"
 
 #include "node_internal.h"
+#include "wait_events.h"
 
 static WaitEventSet *rl_wes = NULL;
 bool		rl_wes_stale = true;
@@ -161,7 +162,7 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 	}
 
 	nevents = WaitEventSetWait(rl_wes, timeout_ms, events, lengthof(events),
-							   PG_WAIT_EXTENSION);
+							   rl_wait_event_nodes());
 	for (int e = 0; e < nevents; e++)
 	{
 		WaitEvent  *ev = &events[e];

@@ -59,6 +59,8 @@ typedef struct RlRequest
 	bool		nothrow;		/* commit/abort/exit: never ereport(ERROR),
 								 * no interrupts, no wait event set */
 	int64_t		deadline_us;	/* 0, or stop waiting at this time */
+	bool		no_reply;		/* (P)SUBSCRIBE-style: nothing is owed for
+								 * it; answers arrive as pushes */
 
 	/* output */
 	int			nnodes;
@@ -76,5 +78,15 @@ extern void rl_nodes_send(RlRequest *req);
 extern void rl_nodes_drain(int64_t deadline_us);
 extern void rl_nodes_disconnect_all(void);
 extern int	rl_nodes_open_connections(void);
+
+/*
+ * Pub/sub: messages a node pushes (["message", channel, payload]) go to the
+ * push handler instead of being matched to requests.
+ */
+typedef void (*RlPushHandler) (const char *channel, size_t len);
+extern void rl_nodes_set_push_handler(RlPushHandler handler);
+extern uint64_t rl_node_connection_serial(int i);
+extern bool rl_node_connected(int i);
+extern void rl_nodes_wait_pushes(long timeout_ms);
 
 #endif							/* REDLOCK_NODES_H */

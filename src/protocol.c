@@ -51,12 +51,18 @@ static const char WRITEBACK_SCRIPT[] =
 "if #t > #c or (#t == #c and t > c) then redis.call('SET', KEYS[2], t) end\n"
 "return 1\n";
 
-/* KEYS[i] is released when it still holds ARGV[i]; returns how many were */
+/*
+ * KEYS[i] is released when it still holds ARGV[i]; returns how many were.
+ * Each release is published on a channel named after the key, so waiters on
+ * other servers are woken (their wake-up worker subscribes); pcall, so a
+ * Redis user without PUBLISH still releases (its waiters then poll).
+ */
 static const char RELEASE_SCRIPT[] =
 "local n = 0\n"
 "for i = 1, #KEYS do\n"
 "  if redis.call('GET', KEYS[i]) == ARGV[i] then\n"
 "    n = n + redis.call('DEL', KEYS[i])\n"
+"    redis.pcall('PUBLISH', KEYS[i], '')\n"
 "  end\n"
 "end\n"
 "return n\n";

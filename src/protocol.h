@@ -11,7 +11,6 @@
 
 #include "nodes.h"
 
-#define RL_KEY_MAX	(RL_MAX_KEY_PREFIX_LEN + 5 + RL_MAX_RESOURCE_LEN)
 #define RL_RELEASE_CHUNK	256 /* leases released by one command */
 
 typedef enum RlAttempt

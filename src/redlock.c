@@ -14,8 +14,10 @@
 
 #include "guc.h"
 #include "lifecycle.h"
+#include "lock_table.h"
 #include "redlock.h"
 #include "stats.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 
@@ -26,5 +28,7 @@ _PG_init(void)
 {
 	rl_define_gucs();
 	rl_stats_init();
+	rl_lock_table_init();
+	rl_worker_register();
 	rl_lifecycle_init();
 }

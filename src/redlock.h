@@ -22,6 +22,7 @@
 #define RL_MAX_KEY_PREFIX_LEN	64
 #define RL_MAX_HOST_LEN			255
 #define RL_OWNER_LEN			32	/* hex characters of the random owner */
+#define RL_KEY_MAX	(RL_MAX_KEY_PREFIX_LEN + 5 + RL_MAX_RESOURCE_LEN)	/* a Redis key */
 
 /*
  * SQLSTATEs of our own, in class "RL" (classes I-Z are free for

@@ -28,11 +28,14 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+#include "lock_table.h"
 #include "registry.h"
 #include "stats.h"
 
 static HTAB *rl_leases = NULL;
 static uint64 rl_release_batches = 0;
+static int	rl_acquiring_slot = -1;	/* lock table row of the lease being
+										 * acquired (or waited for) */
 
 static void
 registry_init(void)
@@ -79,13 +82,88 @@ rl_registry_enter(const char *resource)
 	memset(((char *) lease) + sizeof(lease->resource), 0,
 		   sizeof(RlLease) - sizeof(lease->resource));
 	lease->state = RL_LEASE_HELD;
+	lease->shm_slot = -1;
 	return lease;
 }
 
+/* Leave the lock table, waking the next local waiter, and the registry. */
 void
 rl_registry_forget(RlLease *lease)
 {
+	rl_lock_table_remove(lease->shm_slot);
 	hash_search(rl_leases, lease->resource, HASH_REMOVE, NULL);
+}
+
+/*
+ * The lock table row of the lease this backend starts to acquire: entered
+ * now (waiting), granted or removed when the acquire ends, removed by the
+ * abort path if an error ends it.  -1 without the lock table.
+ */
+int
+rl_registry_begin_acquire(const char *resource, const char *key)
+{
+	Assert(rl_acquiring_slot < 0);
+	rl_acquiring_slot = rl_lock_table_enter(resource, key);
+	return rl_acquiring_slot;
+}
+
+/* The acquire ended: granted to lease (which takes the row), or not (NULL). */
+void
+rl_registry_end_acquire(RlLease *lease)
+{
+	if (lease != NULL)
+	{
+		RlTableGrant g;
+
+		rl_lock_table_remove(lease->shm_slot);	/* an expired grant's row */
+		lease->shm_slot = rl_acquiring_slot;
+		g.token = lease->token;
+		g.scopes = (lease->session_holds ? RL_SCOPE_SESSION : 0) |
+			(lease->xact_holds ? RL_SCOPE_XACT : 0);
+		g.valid_until_us = lease->valid_until_us;
+		g.ttl_ms = lease->ttl_ms;
+		g.keep_alive = lease->keep_alive;
+		g.owner = lease->owner;
+		g.key = lease->key;
+		rl_lock_table_granted(lease->shm_slot, &g);
+	}
+	else
+		rl_lock_table_remove(rl_acquiring_slot);
+	rl_acquiring_slot = -1;
+}
+
+/* Abort path: an error ended the acquire.  Raises nothing. */
+void
+rl_registry_abort_acquire(void)
+{
+	if (rl_acquiring_slot >= 0)
+	{
+		rl_lock_table_remove(rl_acquiring_slot);
+		rl_acquiring_slot = -1;
+	}
+}
+
+/* Holds or validity changed: show it in the lock table. */
+void
+rl_registry_holds_changed(RlLease *lease)
+{
+	rl_lock_table_update(lease->shm_slot,
+						 (lease->session_holds ? RL_SCOPE_SESSION : 0) |
+						 (lease->xact_holds ? RL_SCOPE_XACT : 0),
+						 lease->valid_until_us, lease->ttl_ms,
+						 lease->keep_alive);
+}
+
+/*
+ * Until when the lease is valid (monotonic clock): the keep-alive worker
+ * moves it on for keep-alive leases; 0 once the worker lost it.
+ */
+int64_t
+rl_registry_valid_until(const RlLease *lease)
+{
+	if (lease->keep_alive && lease->shm_slot >= 0)
+		return rl_lock_table_valid_until(lease->shm_slot);
+	return lease->valid_until_us;
 }
 
 long
@@ -213,12 +291,16 @@ rl_registry_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
 	for (lease = rl_registry_next(&status, true); lease != NULL;
 		 lease = rl_registry_next(&status, false))
 	{
-		if (lease->state == RL_LEASE_HELD && drop_holds(lease, scope, subid))
+		if (lease->state != RL_LEASE_HELD)
+			continue;
+		if (drop_holds(lease, scope, subid))
 		{
 			lease->state = RL_LEASE_RELEASING;
 			lease->release_batch = batch;
 			total++;
 		}
+		else
+			rl_registry_holds_changed(lease);
 	}
 
 	for (lease = total > 0 ? rl_registry_next(&status, true) : NULL;

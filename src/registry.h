@@ -46,6 +46,8 @@ typedef struct RlLease
 	SubTransactionId xact_subid;	/* subtransaction that took the first
 									 * transaction hold */
 	uint64		release_batch;	/* which bulk release handles it */
+	int			shm_slot;		/* its row in the lock table, or -1 */
+	bool		keep_alive;		/* the worker extends it (lock table) */
 } RlLease;
 
 /* Which holds a bulk release drops. */
@@ -60,6 +62,11 @@ typedef enum RlDropScope
 extern RlLease *rl_registry_find(const char *resource);
 extern RlLease *rl_registry_held(const char *resource);
 extern RlLease *rl_registry_enter(const char *resource);
+extern int	rl_registry_begin_acquire(const char *resource, const char *key);
+extern void rl_registry_end_acquire(RlLease *lease);
+extern void rl_registry_abort_acquire(void);
+extern void rl_registry_holds_changed(RlLease *lease);
+extern int64_t rl_registry_valid_until(const RlLease *lease);
 extern void rl_registry_forget(RlLease *lease);
 extern long rl_registry_count(void);
 extern bool rl_registry_has_xact_holds(void);

@@ -7,8 +7,16 @@
  * pg_stat_statements.  One entry per database holds atomic counters and an
  * acquire-latency histogram, and one entry per fenced table counts fence
  * rejections.  Entries are created on first use under an exclusive lock and
- * then updated with atomics only; a reset zeroes them in place, so a
- * backend may keep a pointer to its database's entry.
+ * then updated with atomics only.
+ *
+ * Both tables have a fixed size (redlock.stats_max_databases and
+ * redlock.stats_max_tables, set at server start), so they never take shared
+ * memory that other subsystems need.  What finds its table full is counted
+ * in the shared struct instead (redlock_stats_info).  A reset zeroes the
+ * database entries in place, so a backend may keep a pointer to its
+ * database's entry (and a database that found the table full stays out
+ * until restart), and empties the table of fenced tables, whose entries
+ * nobody keeps: tables dropped since make room for new ones.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,10 +33,9 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "guc.h"
+#include "redlock.h"
 #include "stats.h"
-
-#define RL_STATS_MAX_DATABASES	256
-#define RL_STATS_MAX_TABLES		4096
 
 /* upper bounds of the latency buckets, in microseconds; the last is open */
 static const int64 rl_latency_bounds_us[RL_LATENCY_BUCKETS - 1] = {
@@ -58,12 +65,17 @@ typedef struct RlSharedStats
 {
 	LWLock	   *lock;			/* guards entry creation and reset */
 	TimestampTz stats_reset;
+	/* counter increments of databases that found their table full */
+	pg_atomic_uint64 db_events_untracked;
+	/* fence rejections on tables that found their table full */
+	pg_atomic_uint64 table_rejections_untracked;
 } RlSharedStats;
 
 static RlSharedStats *rl_shared = NULL;
 static HTAB *rl_db_stats = NULL;
 static HTAB *rl_fence_stats = NULL;
 static RlDbStats *rl_my_db_stats = NULL;
+static bool rl_my_db_untracked = false; /* found the table full */
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -72,9 +84,9 @@ static Size
 rl_stats_size(void)
 {
 	return add_size(MAXALIGN(sizeof(RlSharedStats)),
-					add_size(hash_estimate_size(RL_STATS_MAX_DATABASES,
+					add_size(hash_estimate_size(rl_stats_max_databases,
 												sizeof(RlDbStats)),
-							 hash_estimate_size(RL_STATS_MAX_TABLES,
+							 hash_estimate_size(rl_stats_max_tables,
 												sizeof(RlFenceStats))));
 }
 
@@ -102,18 +114,25 @@ rl_stats_shmem_startup(void)
 	{
 		rl_shared->lock = &(GetNamedLWLockTranche("redlock"))->lock;
 		rl_shared->stats_reset = GetCurrentTimestamp();
+		pg_atomic_init_u64(&rl_shared->db_events_untracked, 0);
+		pg_atomic_init_u64(&rl_shared->table_rejections_untracked, 0);
 	}
 
+	/*
+	 * HASH_FIXED_SIZE: all entries are allocated here, and an insert into a
+	 * full table fails (HASH_ENTER_NULL returns NULL) instead of taking more
+	 * shared memory.
+	 */
 	info.keysize = sizeof(Oid);
 	info.entrysize = sizeof(RlDbStats);
 	rl_db_stats = ShmemInitHash("redlock database stats",
-								RL_STATS_MAX_DATABASES, RL_STATS_MAX_DATABASES,
-								&info, HASH_ELEM | HASH_BLOBS);
+								rl_stats_max_databases, rl_stats_max_databases,
+								&info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	info.keysize = sizeof(RlFenceKey);
 	info.entrysize = sizeof(RlFenceStats);
 	rl_fence_stats = ShmemInitHash("redlock fence stats",
-								   RL_STATS_MAX_TABLES, RL_STATS_MAX_TABLES,
-								   &info, HASH_ELEM | HASH_BLOBS);
+								   rl_stats_max_tables, rl_stats_max_tables,
+								   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -139,14 +158,18 @@ stats_required(void)
 				 errhint("Add redlock to shared_preload_libraries and restart the server; the lease functions work without it.")));
 }
 
-/* This database's entry, created on first use; NULL if the table is full. */
+/*
+ * This database's entry, created on first use; NULL if the table is full.
+ * Database entries are never removed, so a full table stays full until
+ * restart and the answer can be kept either way.
+ */
 static RlDbStats *
 my_db_stats(void)
 {
 	RlDbStats  *entry;
 	bool		found;
 
-	if (rl_my_db_stats != NULL || rl_shared == NULL)
+	if (rl_my_db_stats != NULL || rl_shared == NULL || rl_my_db_untracked)
 		return rl_my_db_stats;
 
 	LWLockAcquire(rl_shared->lock, LW_SHARED);
@@ -166,6 +189,7 @@ my_db_stats(void)
 		LWLockRelease(rl_shared->lock);
 	}
 	rl_my_db_stats = entry;
+	rl_my_db_untracked = (entry == NULL);
 	return entry;
 }
 
@@ -176,8 +200,11 @@ rl_stats_count(RlStatCounter counter)
 
 	if (entry != NULL)
 		pg_atomic_fetch_add_u64(&entry->counters[counter], 1);
+	else if (rl_shared != NULL)
+		pg_atomic_fetch_add_u64(&rl_shared->db_events_untracked, 1);
 }
 
+/* Not counted when untracked: the acquire it belongs to is. */
 void
 rl_stats_acquire_latency(int64 elapsed_us)
 {
@@ -198,6 +225,7 @@ rl_stats_fence_rejection(Oid relid)
 	RlFenceKey	key;
 	RlFenceStats *entry;
 	bool		found;
+	bool		full = false;
 
 	rl_stats_count(RL_STAT_FENCE_REJECTIONS);
 	if (rl_shared == NULL)
@@ -210,8 +238,14 @@ rl_stats_fence_rejection(Oid relid)
 	entry = hash_search(rl_fence_stats, &key, HASH_FIND, NULL);
 	if (entry != NULL)
 		pg_atomic_fetch_add_u64(&entry->rejections, 1);
+	else if (hash_get_num_entries(rl_fence_stats) >= rl_stats_max_tables)
+	{
+		/* full, and only a reset (under the exclusive lock) makes room */
+		pg_atomic_fetch_add_u64(&rl_shared->table_rejections_untracked, 1);
+		full = true;
+	}
 	LWLockRelease(rl_shared->lock);
-	if (entry != NULL)
+	if (entry != NULL || full)
 		return;
 
 	LWLockAcquire(rl_shared->lock, LW_EXCLUSIVE);
@@ -222,6 +256,8 @@ rl_stats_fence_rejection(Oid relid)
 			pg_atomic_init_u64(&entry->rejections, 0);
 		pg_atomic_fetch_add_u64(&entry->rejections, 1);
 	}
+	else
+		pg_atomic_fetch_add_u64(&rl_shared->table_rejections_untracked, 1);
 	LWLockRelease(rl_shared->lock);
 }
 
@@ -231,6 +267,7 @@ PG_FUNCTION_INFO_V1(redlock_stats);
 PG_FUNCTION_INFO_V1(redlock_stats_latency);
 PG_FUNCTION_INFO_V1(redlock_stats_fence);
 PG_FUNCTION_INFO_V1(redlock_stats_reset);
+PG_FUNCTION_INFO_V1(redlock_stats_info);
 
 Datum
 redlock_stats(PG_FUNCTION_ARGS)
@@ -341,10 +378,41 @@ redlock_stats_reset(PG_FUNCTION_ARGS)
 		for (int i = 0; i < RL_LATENCY_BUCKETS; i++)
 			pg_atomic_write_u64(&db->latency[i], 0);
 	}
+	/* removing the entry just returned by hash_seq_search() is allowed */
 	hash_seq_init(&status, rl_fence_stats);
 	while ((fence = hash_seq_search(&status)) != NULL)
-		pg_atomic_write_u64(&fence->rejections, 0);
+		hash_search(rl_fence_stats, &fence->key, HASH_REMOVE, NULL);
+	pg_atomic_write_u64(&rl_shared->db_events_untracked, 0);
+	pg_atomic_write_u64(&rl_shared->table_rejections_untracked, 0);
 	rl_shared->stats_reset = GetCurrentTimestamp();
 	LWLockRelease(rl_shared->lock);
 	PG_RETURN_VOID();
+}
+
+/*
+ * How full the statistics tables are, and what did not fit: one row, as
+ * pg_stat_statements_info.
+ */
+Datum
+redlock_stats_info(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[7];
+	bool		nulls[7] = {0};
+
+	stats_required();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	LWLockAcquire(rl_shared->lock, LW_SHARED);
+	values[0] = Int32GetDatum((int32) hash_get_num_entries(rl_db_stats));
+	values[1] = Int32GetDatum(rl_stats_max_databases);
+	values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&rl_shared->db_events_untracked));
+	values[3] = Int32GetDatum((int32) hash_get_num_entries(rl_fence_stats));
+	values[4] = Int32GetDatum(rl_stats_max_tables);
+	values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&rl_shared->table_rejections_untracked));
+	values[6] = TimestampTzGetDatum(rl_shared->stats_reset);
+	LWLockRelease(rl_shared->lock);
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

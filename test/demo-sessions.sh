@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The part of the demo that runs inside the throwaway cluster (called by
-# test/demo.sh under pg_virtualenv, which sets PGHOST, PGPORT, ...).
+# test/demo.sh with PGHOST, PGPORT, ... set for its cluster by
+# test/pg-cluster.sh).
 set -euo pipefail
 work=${1:?work directory}
 psql_run() { psql -X -q -v ON_ERROR_STOP=0 "$@"; }

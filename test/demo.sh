@@ -3,24 +3,56 @@
 # extension, starts a throwaway PostgreSQL cluster and 5 Redis nodes on
 # loopback, shows leases and fencing tokens, then replays the pause scenario
 # with two sessions and shows the stale write refused.  Stops everything.
+#
+#   bash test/demo.sh [--pg-config PATH]
+#
+# --pg-config: the PostgreSQL installation to use (default: Debian 12's
+# PostgreSQL 15, installed first by test/install-deps.sh).  The Redis nodes
+# run on ports that were free, each checked to be served by the process
+# started for it; the cluster listens only on a unix socket of its own.
 set -euo pipefail
+
+pg_config=
+case "${1:-}" in
+--pg-config) pg_config=${2:?--pg-config needs a path} ;;
+--pg-config=*) pg_config=${1#*=} ;;
+"") ;;
+*) echo "usage: bash test/demo.sh [--pg-config PATH]" >&2; exit 2 ;;
+esac
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 echo "== installing dependencies and building redlock"
-bash test/install-deps.sh
-export PATH="/usr/lib/postgresql/15/bin:$PATH"
-make -s clean
-make -s
-make -s install
+if [ -z "$pg_config" ]; then
+	bash test/install-deps.sh
+	pg_config=/usr/lib/postgresql/15/bin/pg_config
+else
+	bash test/install-deps.sh --without-postgresql
+fi
+[ -x "$pg_config" ] || { echo "demo: $pg_config is not an executable pg_config" >&2; exit 2; }
+export PG_CONFIG=$pg_config
+bindir=$("$PG_CONFIG" --bindir)
+export PATH="$bindir:$PATH"
+make -s clean PG_CONFIG="$PG_CONFIG"
+make -s PG_CONFIG="$PG_CONFIG"
+make -s install PG_CONFIG="$PG_CONFIG"
 
 work=$(mktemp -d /tmp/redlock-demo.XXXXXX)
-trap 'bash "$top/test/redis-nodes.sh" stop "$work/redis"; rm -rf "$work"' EXIT
-bash test/redis-nodes.sh start "$work/redis" 17379 5
-nodes="127.0.0.1:17379,127.0.0.1:17380,127.0.0.1:17381,127.0.0.1:17382,127.0.0.1:17383"
-echo "== 5 Redis masters: $nodes"
+chmod 755 "$work"
+cleanup() {
+	bash "$top/test/pg-cluster.sh" stop "$work/pg" || true
+	bash "$top/test/redis-nodes.sh" stop "$work/redis" || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-chmod 777 "$work"
-pg_virtualenv -t -o "redlock.nodes=$nodes" \
-	env DEMO_WORK="$work" bash "$top/test/demo-sessions.sh" "$work"
+nodes=$(bash test/redis-nodes.sh start "$work/redis" 5)
+echo "== 5 Redis masters: $nodes"
+bash test/pg-cluster.sh start "$work/pg" "redlock.nodes=$nodes" > /dev/null
+# shellcheck disable=SC1091
+. "$work/pg/env"
+echo "== a throwaway cluster: $("$PG_CONFIG" --version), socket in $PGHOST"
+
+DEMO_WORK="$work" bash "$top/test/demo-sessions.sh" "$work"

@@ -1,50 +1,140 @@
 #!/usr/bin/env bash
 # Start or stop a set of throwaway redis-server nodes on loopback.
-#   redis-nodes.sh start DIR BASEPORT COUNT [extra redis-server args...]
+#
+#   redis-nodes.sh start DIR COUNT [extra redis-server args...]
+#       Starts COUNT nodes on ports that were free (the kernel picks them),
+#       checks that each port is served by the very process it started (a
+#       port lost to a race is given up and another one is tried), and prints
+#       the node list "127.0.0.1:P1,127.0.0.1:P2,..." (also in DIR/nodes).
+#   redis-nodes.sh start DIR BASEPORT COUNT [extra args...]
+#       The same on the fixed ports BASEPORT..BASEPORT+COUNT-1 (bench/run.sh
+#       needs contiguous ports); a port that is taken is an error, never
+#       silently used.
 #   redis-nodes.sh stop DIR
+#       Stops every node started under DIR.
+#
 # Each node runs in the foreground of its own process (no daemonize), with
 # its data, log and pid under DIR/PORT.
 set -euo pipefail
 
-cmd=${1:?usage: redis-nodes.sh start|stop DIR [BASEPORT COUNT]}
-dir=${2:?directory}
+usage() {
+	echo "usage: redis-nodes.sh start DIR [BASEPORT] COUNT [redis-server args...] | stop DIR" >&2
+	exit 2
+}
+
+cmd=${1:-}
+dir=${2:-}
+if [ -z "$cmd" ] || [ -z "$dir" ]; then usage; fi
+is_number() { [[ $1 =~ ^[0-9]+$ ]]; }
+
+# A TCP port on 127.0.0.1 that nobody listens on right now, chosen by the
+# kernel.  Someone may take it before redis-server binds it: start_node
+# finds out and the caller tries another one.
+free_port() {
+	perl -MIO::Socket::INET -e '
+		my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
+			Proto => "tcp", Listen => 1, ReuseAddr => 0) or die "free_port: $!\n";
+		print $s->sockport, "\n";'
+}
+
+# Is PID a live redis-server process (not a recycled pid)?
+is_our_redis() {
+	local pid=$1 comm
+	comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+	[[ $comm == redis-server* ]]
+}
+
+stop_pid() {
+	local pid=$1
+	is_our_redis "$pid" || return 0
+	kill -CONT "$pid" 2>/dev/null || true
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 100); do
+		is_our_redis "$pid" || return 0
+		# a zombie is gone for our purposes
+		grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+}
+
+# start_node PORT [args...]: 0 when PORT is now served by a redis-server we
+# started (its pid in DIR/PORT/pid); 1 when the port was taken, with the
+# node we tried stopped and its directory removed.
+start_node() {
+	local port=$1 pid served
+	shift
+	mkdir -p "$dir/$port"
+	redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$port" \
+		--save '' --appendonly no --daemonize no \
+		--logfile "$dir/$port/redis.log" --maxmemory-policy noeviction \
+		"$@" < /dev/null > /dev/null 2>&1 &
+	pid=$!
+	echo "$pid" > "$dir/$port/pid"
+	for _ in $(seq 200); do
+		# it exits at once when it cannot bind the port
+		if ! kill -0 "$pid" 2>/dev/null; then
+			break
+		fi
+		served=$(redis-cli -p "$port" INFO server 2>/dev/null | tr -d '\r' |
+			sed -n 's/^process_id://p') || true
+		if [ -n "$served" ]; then
+			[ "$served" = "$pid" ] && return 0
+			break	# someone else answers on this port
+		fi
+		sleep 0.05
+	done
+	echo "redis-nodes: port $port: not served by the redis-server we started (pid $pid)" \
+		"but by ${served:-nobody}; see $dir/$port/redis.log" >&2
+	stop_pid "$pid"
+	rm -rf "${dir:?}/$port"
+	return 1
+}
 
 case "$cmd" in
 start)
-	base=${3:?base port}
-	count=${4:?count}
-	shift 4
+	base=
+	if [ $# -ge 4 ] && is_number "${3:-}" && is_number "${4:-}"; then
+		base=$3
+		count=$4
+		shift 4
+	else
+		count=${3:-}
+		is_number "$count" || usage
+		shift 3
+	fi
 	mkdir -p "$dir"
+	started=()
+	# a failed start leaves nothing running
+	trap '[ $? -eq 0 ] || for p in "${started[@]}"; do stop_pid "$(cat "$dir/$p/pid")"; rm -rf "${dir:?}/$p"; done' EXIT
 	for ((i = 0; i < count; i++)); do
-		port=$((base + i))
-		mkdir -p "$dir/$port"
-		redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$port" \
-			--save '' --appendonly no --daemonize no \
-			--logfile "$dir/$port/redis.log" --maxmemory-policy noeviction \
-			"$@" > /dev/null 2>&1 &
-		echo $! > "$dir/$port/pid"
+		if [ -n "$base" ]; then
+			port=$((base + i))
+			start_node "$port" "$@" || { echo "redis-nodes: fixed port $port is not ours" >&2; exit 1; }
+		else
+			ok=
+			for _ in $(seq 20); do
+				port=$(free_port)
+				[ -e "$dir/$port" ] && continue
+				if start_node "$port" "$@"; then ok=1; break; fi
+			done
+			[ -n "$ok" ] || { echo "redis-nodes: could not start a node on a free port" >&2; exit 1; }
+		fi
+		started+=("$port")
 	done
-	for ((i = 0; i < count; i++)); do
-		port=$((base + i))
-		for _ in $(seq 100); do
-			redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break
-			sleep 0.05
-		done
-		redis-cli -p "$port" ping 2>/dev/null | grep -q PONG ||
-			{ echo "redis node on port $port did not start" >&2; exit 1; }
-	done
+	list=
+	for p in "${started[@]}"; do list+="${list:+,}127.0.0.1:$p"; done
+	echo "$list" > "$dir/nodes"
+	echo "$list"
 	;;
 stop)
 	for pidfile in "$dir"/*/pid; do
 		[ -f "$pidfile" ] || continue
-		pid=$(cat "$pidfile")
-		kill -CONT "$pid" 2>/dev/null || true
-		kill "$pid" 2>/dev/null || true
+		stop_pid "$(cat "$pidfile")"
 		rm -f "$pidfile"
 	done
 	;;
 *)
-	echo "usage: redis-nodes.sh start|stop DIR [BASEPORT COUNT]" >&2
-	exit 2
+	usage
 	;;
 esac

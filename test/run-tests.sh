@@ -1,66 +1,173 @@
 #!/usr/bin/env bash
 # Run every redlock test: unit tests of the quorum logic, pg_regress suites
 # and isolation specs against a throwaway cluster with 5 local Redis nodes,
-# and the process-level TAP tests (which start their own cluster and nodes).
-# Installs what it needs; stops everything it started; exits non-zero on
-# any failure.
+# the README's examples and install block, and the process-level TAP tests
+# (which start their own clusters and nodes).
+#
+#   bash test/run-tests.sh [--pg-config PATH] [--long]
+#
+# --pg-config  the PostgreSQL installation to build against, install into
+#              and test with (default: Debian 12's PostgreSQL 15,
+#              /usr/lib/postgresql/15/bin/pg_config, installed first by
+#              test/install-deps.sh); its lib/pgxs/src/test must hold
+#              pg_regress, pg_isolation_regress and the TAP perl modules
+# --long       the chaos soak runs 30 minutes (SOAK_MINUTES chooses another
+#              length; the default run soaks for about 40 s + 40 s control,
+#              see test/t/004_soak.pl)
+#
+# Every server it starts listens on ports that were free (Redis) or only on
+# a unix socket in its own directory (PostgreSQL), and is stopped at the end.
+# Exits non-zero on any failure; the last line counts the suites.
 set -euo pipefail
 
-# --long: the chaos soak runs 30 minutes (SOAK_MINUTES chooses another length;
-# the default run soaks for about 40 s + 40 s control, see test/t/004_soak.pl)
-if [ "${1:-}" = "--long" ]; then export SOAK_MINUTES="${SOAK_MINUTES:-30}"; fi
+usage() {
+	echo "usage: bash test/run-tests.sh [--pg-config PATH] [--long]" >&2
+	exit 2
+}
+
+pg_config=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--pg-config) [ $# -ge 2 ] || usage; pg_config=$2; shift 2 ;;
+	--pg-config=*) pg_config=${1#*=}; shift ;;
+	--long) export SOAK_MINUTES="${SOAK_MINUTES:-30}"; shift ;;
+	*) usage ;;
+	esac
+done
 if [ -n "${SOAK_MINUTES:-}" ]; then export SOAK_SECONDS=$((SOAK_MINUTES * 60)); fi
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
-bash test/install-deps.sh
-export PATH="/usr/lib/postgresql/15/bin:$PATH"
-
-make -s clean
-make -s COPT='-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Werror'
-make -s install
+if [ -z "$pg_config" ]; then
+	bash test/install-deps.sh
+	pg_config=/usr/lib/postgresql/15/bin/pg_config
+else
+	bash test/install-deps.sh --without-postgresql
+fi
+[ -x "$pg_config" ] || { echo "run-tests: $pg_config is not an executable pg_config" >&2; exit 2; }
+pg_config=$(cd "$(dirname "$pg_config")" && pwd)/$(basename "$pg_config")
+export PG_CONFIG=$pg_config
+bindir=$("$PG_CONFIG" --bindir)
+pgxs_test=$(cd "$(dirname "$("$PG_CONFIG" --pgxs)")/../test" && pwd)
+export PATH="$bindir:$PATH"
+echo "== $("$PG_CONFIG" --version), from $PG_CONFIG"
 
 work=$(mktemp -d /tmp/redlock-test.XXXXXX)
 chmod 755 "$work"
+
+# Stop what we started: our cluster and nodes, then anything a TAP test left
+# behind (a redis-server or postmaster whose directory is under $work).
 cleanup() {
+	local pid cwd
+	bash "$top/test/pg-cluster.sh" stop "$work/pg" || true
 	bash "$top/test/redis-nodes.sh" stop "$work/redis" || true
-	pkill -f "redis-server .*--dir $work" 2>/dev/null || true
+	for pid in $(pgrep -x 'redis-server|postgres' || true); do
+		cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
+		[[ $cwd == "$work"/* ]] || continue
+		if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = redis-server ]; then
+			kill -CONT "$pid" 2>/dev/null || true
+			kill -KILL "$pid" 2>/dev/null || true
+		elif [ "$(ps -o comm= -p "$(ps -o ppid= -p "$pid" | tr -d ' ')" 2>/dev/null)" != postgres ]; then
+			kill -QUIT "$pid" 2>/dev/null || true	# a postmaster: immediate shutdown
+		fi
+	done
 	rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-echo "== unit tests: quorum logic"
-make -s unitcheck
+echo "== build and install"
+make -s clean PG_CONFIG="$PG_CONFIG"
+make -s PG_CONFIG="$PG_CONFIG" \
+	COPT='-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Werror'
+make -s install PG_CONFIG="$PG_CONFIG"
 
-echo "== pg_regress and isolation: 5 Redis nodes on 16379-16383"
-bash test/redis-nodes.sh start "$work/redis" 16379 5
-nodes="127.0.0.1:16379,127.0.0.1:16380,127.0.0.1:16381,127.0.0.1:16382,127.0.0.1:16383"
-if ! pg_virtualenv -t -o "redlock.nodes=$nodes" -o shared_preload_libraries=redlock \
-	sh -c 'make -s installcheck && bash test/readme-examples.sh'; then
-	for f in regression.diffs output_iso/regression.diffs; do
-		[ -f "$f" ] && cat "$f"
-	done
-	exit 1
-fi
+passed=()
+failed=()
+# run_suite NAME COMMAND...: runs it with errexit in force, records the outcome
+run_suite() {
+	local name=$1 rc
+	shift
+	echo "== $name"
+	set +e
+	("$@")
+	rc=$?
+	set -e
+	if [ "$rc" -eq 0 ]; then
+		passed+=("$name")
+	else
+		echo "== $name: FAILED (exit $rc)"
+		failed+=("$name")
+	fi
+}
+
+show_diffs() {
+	[ -f "$1" ] && cat "$1"
+	return 1
+}
+pg_regress_suite() {
+	make -s installcheck PG_CONFIG="$PG_CONFIG" ISOLATION= || show_diffs regression.diffs
+}
+isolation_suite() {
+	make -s installcheck PG_CONFIG="$PG_CONFIG" REGRESS= || show_diffs output_iso/regression.diffs
+}
+
+run_suite "unit tests: quorum logic" make -s unitcheck PG_CONFIG="$PG_CONFIG"
+
+echo "== starting 5 Redis nodes and a cluster for pg_regress, isolation and the README"
+nodes=$(bash test/redis-nodes.sh start "$work/redis" 5) ||
+	{ echo "run-tests: could not start the Redis nodes" >&2; exit 1; }
+bash test/pg-cluster.sh start "$work/pg" "redlock.nodes=$nodes" \
+	shared_preload_libraries=redlock fsync=off > /dev/null ||
+	{ echo "run-tests: could not start the PostgreSQL cluster" >&2; exit 1; }
+# with_pg COMMAND...: COMMAND with PGHOST, PGPORT... of that cluster
+with_pg() {
+	# shellcheck disable=SC1091
+	. "$work/pg/env"
+	"$@"
+}
+echo "   Redis nodes $nodes; PostgreSQL on $work/pg"
+run_suite "pg_regress" with_pg pg_regress_suite
+run_suite "isolation" with_pg isolation_suite
+run_suite "README examples" with_pg bash test/readme-examples.sh
+bash test/pg-cluster.sh stop "$work/pg"
 bash test/redis-nodes.sh stop "$work/redis"
 
-echo "== TAP: process-level tests"
-# PostgreSQL refuses to run as root: the TAP clusters run as postgres.
-mkdir -p "$work/tap"
-cp -r test/t test/perl "$work/tap/"
-chown -R postgres: "$work/tap"
-pgxs_test=$(dirname "$(pg_config --pgxs)")/../test
+run_suite "README install block on a fresh cluster" bash test/readme-install.sh
+
+# The TAP tests: PostgreSQL refuses to run as root, so they run as postgres,
+# on a copy of test/t, test/perl and the README that user can write next to.
+tap=$work/tap
+mkdir -p "$tap/tmp_check/log"
+cp -r test/t test/perl README.md "$tap/"
 if [ "$(id -u)" -eq 0 ]; then
+	chown -R postgres: "$tap"
 	as_pg=(runuser -u postgres --)
 else
 	as_pg=()
 fi
-(cd "$work/tap" && "${as_pg[@]}" env PATH="$PATH" TESTDIR="$work/tap" \
-	PG_REGRESS="$pgxs_test/regress/pg_regress" \
-	PERL5LIB="$pgxs_test/perl:$work/tap/perl" \
-	prove ${PROVE_FLAGS:-} t/*.pl) || {
-	find "$work/tap/tmp_check/log" -name 'regress_log_*' -exec tail -n 60 {} \; 2>/dev/null
-	exit 1
+# shellcheck disable=SC2086 # PROVE_FLAGS: several words
+tap_suite() {
+	local t=$1 log
+	cd "$tap"
+	"${as_pg[@]}" env PATH="$PATH" TESTDIR="$tap" \
+		TESTDATADIR="$tap/tmp_check" TESTLOGDIR="$tap/tmp_check/log" \
+		PG_REGRESS="$pgxs_test/regress/pg_regress" \
+		PERL5LIB="$pgxs_test/perl:$tap/perl" REDLOCK_README="$tap/README.md" \
+		prove ${PROVE_FLAGS:-} "$t" && return 0
+	log=$tap/tmp_check/log/regress_log_$(basename "$t" .pl)
+	[ -f "$log" ] && tail -n 60 "$log"
+	return 1
 }
-echo "== all tests passed"
+for t in test/t/*.pl; do
+	run_suite "TAP $(basename "$t")" tap_suite "t/$(basename "$t")"
+done
+
+echo
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "failed: ${failed[*]}"
+	echo "${#passed[@]} passed, ${#failed[@]} failed"
+	exit 1
+fi
+echo "${#passed[@]} passed, 0 failed"

@@ -29,7 +29,21 @@ sub new
 	};
 	bless $self, $class;
 	push @all_nodes, $self;
-	$self->start unless $args{no_start};
+	return $self if $args{no_start};
+	if (defined $args{port})
+	{
+		$self->start;
+		return $self;
+	}
+	# someone may take the free port before redis-server binds it: then
+	# start() finds another process serving it, and we try another port
+	for my $try (1 .. 10)
+	{
+		last if eval { $self->start; 1 };
+		die $@ if $try == 10;
+		print "# redis-server on port $self->{port}: $@# trying another port\n";
+		$self->{port} = PostgreSQL::Test::Cluster::get_free_port();
+	}
 	return $self;
 }
 

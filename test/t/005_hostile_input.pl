@@ -2,7 +2,9 @@
 # valid text (control characters, every UTF-8 length, Redis and Lua syntax,
 # printf directives), the byte limit with multi-byte characters, a 64-byte
 # key prefix with a 512-byte name, TTL limits, and garbage for every setting
-# through SET, ALTER SYSTEM and a reloaded postgresql.conf.
+# (for redlock.nodes, hosts that are neither IPv4 addresses, IPv6 addresses
+# in brackets nor DNS host names among them) through SET, ALTER SYSTEM and a
+# reloaded postgresql.conf.
 use strict;
 use warnings FATAL => 'all';
 
@@ -183,7 +185,10 @@ my %bad = (
 		'127.0.0.1:99999999999999999999', ':6379', '[]:6379', '[::1]', '[::1]6379',
 		"h\x{f6}st:6379", "$long_host:1", "127.0.0.1:6379\n127.0.0.1:6380",
 		'redis://127.0.0.1:6379', '%s:%n', "127.0.0.1:6379\t,", '127.0.0.1:6379:1',
-		"127.0.0.1:6379,127.0.0.1:6379", '[fe80::1%eth0]:6379' ],
+		"127.0.0.1:6379,127.0.0.1:6379", '[fe80::1%eth0]:6379',
+		'127.0.0.256:6379', '1.2.3:6379', '00.0.0.1:1', '999999999999:1', '[127.0.0.1]:1',
+		'[::g]:1', '[1:2:3:4:5:6:7:8:9]:1', 'redis_1:1', '-a:1', 'a-:1', 'a..b:1', '.a:1',
+		'a.:1', ('a' x 64) . ':1', join('.', ('a' x 63) x 4) . ':1', "a\x{200b}b:1" ],
 	'redlock.connect_timeout' => [ '61s', '1h', '-1', '2147483648', '1.5.5', '', '10 parsecs' ],
 	'redlock.node_timeout' => [ '0', 'abc', '61s', '1e10', '-2147483649' ],
 	'redlock.drift_factor' => [ '-0.1', 'Infinity', '-Infinity', '0.51', '1e309', '', '0,1' ],
@@ -197,7 +202,8 @@ my %bad = (
 		'99999999999999999999', "\x{665}" ],
 );
 my %good = (
-	'redlock.nodes' => [ "${\ ('h' x 255) }:1", '[::1]:6379',
+	'redlock.nodes' => [ join('.', ('h' x 63) x 3, 'h' x 61) . ':1', '[::1]:6379',
+		'[::ffff:127.0.0.1]:1', 'a:1', 'a-b.c-d:1', '0.0.0.0:1', '255.255.255.255:65535',
 		join(',', map { "10.0.0.$_:6379" } 1 .. 15) ],
 	'redlock.connect_timeout' => [ '60s', '1ms' ],
 	'redlock.node_timeout' => [ '1', '60000' ],

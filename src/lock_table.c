@@ -1,0 +1,577 @@
+/*-------------------------------------------------------------------------
+ *
+ * lock_table.c
+ *	  The server-wide table of leases held or awaited by every backend, in
+ *	  shared memory, and the wake-up of local waiters at release.
+ *
+ * Available when redlock is in shared_preload_libraries, sized by
+ * redlock.max_leases.  Each backend enters a slot when it starts to take a
+ * lease (granted = false: it is acquiring or waiting), marks it granted with
+ * the token, and removes it when the lease is released.  The table is what
+ * the redlock_locks view shows, like pg_locks.
+ *
+ * Waiters on this server queue in the order they started waiting: only the
+ * first waiter for a resource asks the nodes; when a holder on this server
+ * releases the resource, or a waiter ahead gives up, the first remaining
+ * waiter's latch is set, so it asks again at once instead of after a
+ * polling delay.  Waiters still wake by themselves (at the local holder's
+ * expiry, and after a bounded delay), so a missed wake-up costs latency,
+ * never liveness.
+ *
+ * Removing a slot is used on the commit, abort and exit paths: it takes an
+ * LWLock and sets a latch, and raises nothing.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "guc.h"
+#include "quorum.h"
+#include "lock_table.h"
+
+typedef struct RlSlot
+{
+	bool		in_use;
+	bool		granted;
+	int			pid;
+	int			procno;			/* whose latch to set */
+	Oid			dbid;
+	Oid			userid;
+	uint64		wait_seq;		/* order of arrival, for first come first
+								 * served */
+	TimestampTz waitstart;
+	TimestampTz granted_at;
+	int64		token;
+	int			scopes;			/* RL_SCOPE_* */
+	int64_t		valid_until_us; /* monotonic clock, the same for every
+								 * process on this machine */
+	/* keep-alive: the worker extends the lease while its backend lives */
+	bool		keep_alive;
+	bool		lost;			/* the worker could not extend it */
+	int			ttl_ms;
+	int64_t		next_extend_us; /* when the worker extends it next */
+	int64_t		keep_until_us;	/* no extension after this */
+	char		owner[RL_OWNER_LEN + 1];
+	char		key[RL_KEY_MAX + 1];
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+} RlSlot;
+
+typedef struct RlLockTable
+{
+	LWLock	   *lock;
+	int			worker_procno[RL_NWORKERS];	/* each worker's, or -1 */
+	uint64		next_seq;
+	int			nslots;
+	RlSlot		slots[FLEXIBLE_ARRAY_MEMBER];
+} RlLockTable;
+
+static RlLockTable *rl_table = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static Size
+table_size(void)
+{
+	return add_size(offsetof(RlLockTable, slots),
+					mul_size(rl_max_leases, sizeof(RlSlot)));
+}
+
+static void
+table_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(table_size());
+	RequestNamedLWLockTranche("redlock locks", 1);
+}
+
+static void
+table_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	rl_table = ShmemInitStruct("redlock lock table", table_size(), &found);
+	if (!found)
+	{
+		memset(rl_table, 0, table_size());
+		rl_table->lock = &(GetNamedLWLockTranche("redlock locks"))->lock;
+		rl_table->nslots = rl_max_leases;
+		rl_table->next_seq = 1;
+		for (int i = 0; i < RL_NWORKERS; i++)
+			rl_table->worker_procno[i] = -1;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+rl_lock_table_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = table_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = table_shmem_startup;
+}
+
+bool
+rl_lock_table_enabled(void)
+{
+	return rl_table != NULL;
+}
+
+static int
+my_procno(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return MyProcNumber;
+#else
+	return MyProc->pgprocno;
+#endif
+}
+
+static Latch *
+latch_of(int procno)
+{
+#if PG_VERSION_NUM >= 170000
+	return &GetPGProcByNumber(procno)->procLatch;
+#else
+	return &ProcGlobal->allProcs[procno].procLatch;
+#endif
+}
+
+/* A worker announces itself (running = false: it is exiting). */
+void
+rl_lock_table_set_worker(RlWorkerRole role, bool running)
+{
+	if (rl_table == NULL)
+		return;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	rl_table->worker_procno[role] = running ? my_procno() : -1;
+	LWLockRelease(rl_table->lock);
+}
+
+/* Something for a worker to do: a keep-alive lease, a new waiter. */
+void
+rl_lock_table_wake_worker(RlWorkerRole role)
+{
+	int			procno;
+
+	if (rl_table == NULL)
+		return;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	procno = rl_table->worker_procno[role];
+	LWLockRelease(rl_table->lock);
+	if (procno >= 0)
+		SetLatch(latch_of(procno));
+}
+
+/*
+ * For the wake-up worker: the distinct lock keys that backends of this
+ * server wait for, up to max, in keys[] (each RL_KEY_MAX + 1 bytes).
+ */
+int
+rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
+{
+	int			n = 0;
+
+	if (rl_table == NULL)
+		return 0;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	for (int i = 0; i < rl_table->nslots && n < max; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+		bool		seen = false;
+
+		if (!s->in_use || s->granted)
+			continue;
+		for (int k = 0; k < n && !seen; k++)
+			seen = strcmp(keys[k], s->key) == 0;
+		if (!seen)
+			strlcpy(keys[n++], s->key, RL_KEY_MAX + 1);
+	}
+	LWLockRelease(rl_table->lock);
+	return n;
+}
+
+/*
+ * A lease on key was released on some server (the wake-up worker heard it
+ * from a node): wake the first waiter for it here.
+ */
+void
+rl_lock_table_wake_key(const char *key, size_t keylen)
+{
+	int			first = -1;
+	int			procno = -1;
+
+	if (rl_table == NULL || keylen > RL_KEY_MAX)
+		return;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	for (int i = 0; i < rl_table->nslots; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (!s->in_use || s->granted || strlen(s->key) != keylen ||
+			memcmp(s->key, key, keylen) != 0)
+			continue;
+		if (first < 0 || s->wait_seq < rl_table->slots[first].wait_seq)
+			first = i;
+	}
+	if (first >= 0)
+		procno = rl_table->slots[first].procno;
+	LWLockRelease(rl_table->lock);
+	if (procno >= 0)
+		SetLatch(latch_of(procno));
+}
+
+/*
+ * Enter a slot for a lease this backend starts to take (not granted yet).
+ * Returns -1 without the table; raises when the table is full.
+ */
+int
+rl_lock_table_enter(const char *resource, const char *key)
+{
+	int			slot = -1;
+
+	if (rl_table == NULL)
+		return -1;
+
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < rl_table->nslots; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (s->in_use)
+			continue;
+		memset(s, 0, sizeof(*s));
+		s->in_use = true;
+		s->pid = MyProcPid;
+		s->procno = my_procno();
+		s->dbid = MyDatabaseId;
+		s->userid = GetUserId();
+		s->wait_seq = rl_table->next_seq++;
+		s->waitstart = GetCurrentTimestamp();
+		strlcpy(s->resource, resource, sizeof(s->resource));
+		strlcpy(s->key, key, sizeof(s->key));
+		slot = i;
+		break;
+	}
+	LWLockRelease(rl_table->lock);
+
+	if (slot < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of shared memory for redlock leases"),
+				 errdetail_plural("All %d slot of the lease table are in use.",
+								  "All %d slots of the lease table are in use.",
+								  rl_max_leases, rl_max_leases),
+				 errhint("Increase redlock.max_leases (needs a restart), or take fewer leases at once.")));
+	return slot;
+}
+
+/* The slot's lease was granted.  g->keep_alive asks the worker to keep it. */
+void
+rl_lock_table_granted(int slot, const RlTableGrant *g)
+{
+	RlSlot	   *s;
+	int64_t		now = rl_now_us();
+
+	if (rl_table == NULL || slot < 0)
+		return;
+	s = &rl_table->slots[slot];
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	s->granted = true;
+	s->granted_at = GetCurrentTimestamp();
+	s->token = g->token;
+	s->scopes = g->scopes;
+	s->valid_until_us = g->valid_until_us;
+	s->keep_alive = g->keep_alive;
+	s->lost = false;
+	s->ttl_ms = g->ttl_ms;
+	s->next_extend_us = now + (int64_t) g->ttl_ms * 1000 / 3;
+	s->keep_until_us = now + (int64_t) rl_keep_alive_limit_s * 1000000;
+	strlcpy(s->owner, g->owner, sizeof(s->owner));
+	strlcpy(s->key, g->key, sizeof(s->key));
+	LWLockRelease(rl_table->lock);
+	if (g->keep_alive)
+		rl_lock_table_wake_worker(RL_WORKER_KEEPALIVE);
+}
+
+/* Holds, validity (an extend) or keep-alive changed. */
+void
+rl_lock_table_update(int slot, int scopes, int64_t valid_until_us,
+					 int ttl_ms, bool keep_alive)
+{
+	RlSlot	   *s;
+	bool		wake;
+
+	if (rl_table == NULL || slot < 0)
+		return;
+	s = &rl_table->slots[slot];
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	s->scopes = scopes;
+	if (valid_until_us > s->valid_until_us)
+	{
+		s->valid_until_us = valid_until_us;
+		s->ttl_ms = ttl_ms;
+		s->next_extend_us = rl_now_us() + (int64_t) ttl_ms * 1000 / 3;
+	}
+	wake = keep_alive && !s->keep_alive;
+	if (wake)
+	{
+		s->keep_alive = true;
+		s->keep_until_us = rl_now_us() + (int64_t) rl_keep_alive_limit_s * 1000000;
+	}
+	LWLockRelease(rl_table->lock);
+	if (wake)
+		rl_lock_table_wake_worker(RL_WORKER_KEEPALIVE);
+}
+
+/*
+ * A keep-alive lease's validity as the worker keeps it: its monotonic end,
+ * or 0 when the worker failed to extend it (lost).
+ */
+int64_t
+rl_lock_table_valid_until(int slot)
+{
+	int64_t		until;
+
+	if (rl_table == NULL || slot < 0)
+		return 0;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	until = rl_table->slots[slot].lost ? 0 : rl_table->slots[slot].valid_until_us;
+	LWLockRelease(rl_table->lock);
+	return until;
+}
+
+/*
+ * For the worker: copy up to max keep-alive leases due for extension into
+ * due[]; returns how many, and sets *next_us to when the next one is due.
+ */
+int
+rl_lock_table_due(RlKeepAlive *due, int max, int64_t *next_us)
+{
+	int			n = 0;
+	int64_t		now = rl_now_us();
+
+	*next_us = now + 1000000;
+	if (rl_table == NULL)
+		return 0;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	for (int i = 0; i < rl_table->nslots; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (!s->in_use || !s->granted || !s->keep_alive || s->lost ||
+			now >= s->keep_until_us)
+			continue;
+		if (s->next_extend_us > now || n == max)
+		{
+			*next_us = Min(*next_us, s->next_extend_us);
+			continue;
+		}
+		due[n].slot = i;
+		due[n].pid = s->pid;
+		due[n].ttl_ms = s->ttl_ms;
+		strlcpy(due[n].owner, s->owner, sizeof(due[n].owner));
+		strlcpy(due[n].key, s->key, sizeof(due[n].key));
+		strlcpy(due[n].resource, s->resource, sizeof(due[n].resource));
+		n++;
+	}
+	LWLockRelease(rl_table->lock);
+	return n;
+}
+
+/*
+ * For the worker: record the outcome of an extension, if the slot still
+ * holds the same lease.
+ */
+bool
+rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome,
+					   int64_t valid_until_us)
+{
+	RlSlot	   *s;
+	int64_t		now = rl_now_us();
+	bool		lost = false;
+
+	if (rl_table == NULL)
+		return false;
+	s = &rl_table->slots[k->slot];
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	if (s->in_use && s->granted && s->pid == k->pid &&
+		strcmp(s->owner, k->owner) == 0)
+	{
+		if (outcome == RL_KEEP_EXTENDED)
+		{
+			s->valid_until_us = Max(s->valid_until_us, valid_until_us);
+			s->next_extend_us = now + (int64_t) s->ttl_ms * 1000 / 3;
+		}
+		else if (outcome == RL_KEEP_RETRY &&
+				 s->valid_until_us > now + (int64_t) s->ttl_ms * 100)
+			s->next_extend_us = now + Max((int64_t) s->ttl_ms * 100, 10000);
+		else
+			lost = s->lost = true;
+	}
+	LWLockRelease(rl_table->lock);
+	return lost;
+}
+
+/* The first waiter on resource other than skip, or -1.  Lock held. */
+static int
+first_waiter(const char *resource, int skip)
+{
+	int			first = -1;
+
+	for (int i = 0; i < rl_table->nslots; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (!s->in_use || s->granted || i == skip ||
+			strcmp(s->resource, resource) != 0)
+			continue;
+		if (first < 0 || s->wait_seq < rl_table->slots[first].wait_seq)
+			first = i;
+	}
+	return first;
+}
+
+/*
+ * Remove a slot: the lease was released (or lost), or the backend stopped
+ * waiting.  Wakes the first remaining waiter on the same resource.  Raises
+ * nothing: used on the commit, abort and exit paths.
+ */
+void
+rl_lock_table_remove(int slot)
+{
+	RlSlot	   *s;
+	int			next;
+	int			procno = -1;
+
+	if (rl_table == NULL || slot < 0)
+		return;
+	s = &rl_table->slots[slot];
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	Assert(s->in_use && s->pid == MyProcPid);
+	next = first_waiter(s->resource, slot);
+	if (next >= 0)
+		procno = rl_table->slots[next].procno;
+	s->in_use = false;
+	LWLockRelease(rl_table->lock);
+	if (procno >= 0)
+		SetLatch(latch_of(procno));
+}
+
+/* Is this waiting slot first in line for its resource on this server? */
+bool
+rl_lock_table_first_waiter(int slot)
+{
+	bool		first;
+
+	if (rl_table == NULL || slot < 0)
+		return true;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	first = first_waiter(rl_table->slots[slot].resource, -1) == slot;
+	LWLockRelease(rl_table->lock);
+	return first;
+}
+
+/*
+ * When the lock key of a holder on this server expires on the nodes (0:
+ * none holds it here): its validity plus the drift allowance and a little
+ * for the time the key took to reach the nodes.
+ */
+int64_t
+rl_lock_table_holder_expiry(const char *resource)
+{
+	int64_t		expiry = 0;
+
+	if (rl_table == NULL)
+		return 0;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	for (int i = 0; i < rl_table->nslots; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (s->in_use && s->granted && strcmp(s->resource, resource) == 0)
+			expiry = Max(expiry, s->valid_until_us +
+						 rl_drift_us(s->ttl_ms, rl_drift_factor) + 5000);
+	}
+	LWLockRelease(rl_table->lock);
+	return expiry;
+}
+
+/* ---------- redlock_locks ---------- */
+
+PG_FUNCTION_INFO_V1(redlock_locks);
+
+Datum
+redlock_locks(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int64_t		now_us = rl_now_us();
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (rl_table == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the redlock lease table is not available"),
+				 errdetail("The lease table lives in shared memory, which needs redlock in shared_preload_libraries."),
+				 errhint("Add redlock to shared_preload_libraries and restart the server; redlock_leases shows this session's leases without it.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	for (int i = 0; i < rl_table->nslots; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+		Datum		values[12];
+		bool		nulls[12] = {0};
+
+		if (!s->in_use)
+			continue;
+		values[0] = Int32GetDatum(s->pid);
+		values[1] = ObjectIdGetDatum(s->dbid);
+		values[2] = ObjectIdGetDatum(s->userid);
+		values[3] = CStringGetTextDatum(s->resource);
+		values[4] = BoolGetDatum(s->granted);
+		if (s->granted)
+		{
+			int64_t		left_us = Max(s->valid_until_us - now_us, 0);
+
+			values[5] = Int64GetDatum(s->token);
+			values[6] = CStringGetTextDatum(
+											(s->scopes & RL_SCOPE_SESSION) && (s->scopes & RL_SCOPE_XACT) ?
+											"session+transaction" :
+											(s->scopes & RL_SCOPE_SESSION) ? "session" : "transaction");
+			nulls[7] = true;
+			values[8] = TimestampTzGetDatum(s->granted_at);
+			values[9] = TimestampTzGetDatum(s->lost ? now : now + left_us);
+			values[10] = BoolGetDatum(s->keep_alive);
+			values[11] = BoolGetDatum(s->lost);
+		}
+		else
+		{
+			nulls[5] = nulls[6] = nulls[8] = nulls[9] = nulls[10] = nulls[11] = true;
+			values[7] = TimestampTzGetDatum(s->waitstart);
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(rl_table->lock);
+	return (Datum) 0;
+}

@@ -1,0 +1,203 @@
+# The statistics tables in shared memory have a fixed size: with tiny
+# redlock.stats_max_databases and redlock.stats_max_tables, databases and
+# fenced tables beyond them are not tracked, what they would have counted is
+# counted in redlock_stats_info instead, nothing crashes or runs out of
+# shared memory, and the entries that fit keep counting.  Also: the upgrade
+# of an existing 1.0 installation to 1.1 (which adds redlock_stats_info).
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedisNode;
+use Test::More;
+
+my @redis = map { RedisNode->new } 1 .. 3;
+my $nodes = join(',', map { $_->addr } @redis);
+
+my $pg = PostgreSQL::Test::Cluster->new('bounds');
+$pg->init;
+$pg->append_conf('postgresql.conf', <<"CONF");
+shared_preload_libraries = 'redlock'
+redlock.nodes = '$nodes'
+redlock.stats_max_databases = 2
+redlock.stats_max_tables = 3
+CONF
+$pg->start;
+my $started = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
+
+is($pg->safe_psql('postgres',
+		"SELECT setting, context FROM pg_settings WHERE name LIKE 'redlock.stats_max_%' ORDER BY name"),
+	"2|postmaster\n3|postmaster", 'the maxima are postmaster settings');
+my ($rc, $out, $err) = $pg->psql('postgres', 'SET redlock.stats_max_tables = 10');
+like($err, qr/cannot be changed without restarting the server/,
+	'and cannot be changed in a session');
+
+for my $db (qw(db1 db2 db3))
+{
+	$pg->safe_psql('postgres', "CREATE DATABASE $db");
+}
+for my $db (qw(postgres db1 db2 db3))
+{
+	$pg->safe_psql($db, <<'SQL');
+CREATE EXTENSION redlock;
+CREATE FUNCTION reject(tab regclass, n int) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+	refused int := 0;
+BEGIN
+	FOR i IN 1 .. n LOOP
+		BEGIN
+			EXECUTE format('UPDATE %s SET v = v + 1, fence_token = 1', tab);
+		EXCEPTION WHEN SQLSTATE 'RL001' THEN
+			refused := refused + 1;
+		END;
+	END LOOP;
+	RETURN refused;
+END $$;
+SQL
+	for my $t (1 .. 5)
+	{
+		$pg->safe_psql($db, <<"SQL");
+CREATE TABLE t$t (id int PRIMARY KEY, v int, fence_token bigint);
+CREATE TRIGGER fence BEFORE UPDATE ON t$t FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+INSERT INTO t$t VALUES (1, 0, 100);
+SQL
+	}
+}
+$pg->safe_psql('postgres', 'SELECT redlock_stats_reset()');
+
+sub info
+{
+	return $pg->safe_psql('postgres',
+		'SELECT databases_tracked, databases_max, database_events_untracked, '
+		  . 'tables_tracked, tables_max, table_rejections_untracked FROM redlock_stats_info');
+}
+is(info(), '0|2|0|0|3|0', 'empty after the reset');
+
+# ---------- fenced tables: 3 fit ----------
+
+# postgres: t1 x1, t2 x2, t3 x3 fill the table; t4 x4 and t5 x5 do not fit
+my $sql = join(' + ', map { "reject('t$_', $_)" } 1 .. 5);
+is($pg->safe_psql('postgres', "SELECT $sql"), '15', '15 rejections on 5 tables');
+is($pg->safe_psql('postgres',
+		'SELECT relname, rejections FROM redlock_stats_fence ORDER BY relname'),
+	"t1|1\nt2|2\nt3|3", 'the first 3 tables are tracked');
+is(info(), '1|2|0|3|3|9', 'the 9 rejections on the 2 other tables are counted as untracked');
+is($pg->safe_psql('postgres',
+		'SELECT fence_rejections FROM redlock_stats WHERE datname = current_database()'),
+	'15', "the database's own counter has all 15");
+
+# the tracked entries keep counting; the untracked ones keep being counted
+is($pg->safe_psql('postgres', "SELECT reject('t1', 10) + reject('t5', 7)"), '17', '17 more');
+is($pg->safe_psql('postgres',
+		"SELECT rejections FROM redlock_stats_fence WHERE relname = 't1'"),
+	'11', 't1 keeps counting');
+is(info(), '1|2|0|3|3|16', 'and t5 adds to the untracked count');
+
+# tables of another database compete for the same entries
+is($pg->safe_psql('db1', "SELECT reject('t1', 2)"), '2', 'db1 rejects twice');
+is(info(), '2|2|0|3|3|18', 'db1.t1 does not fit either');
+
+# ---------- databases: 2 fit ----------
+
+# postgres and db1 hold the two entries now.  The same work in db1 (tracked)
+# and in db2 and db3 (not tracked): what db1 counts for it is what each of
+# the others adds to database_events_untracked.  Leases on the real nodes,
+# then one fence rejection.
+my $work = <<'SQL';
+SELECT redlock_try_lock('bounds:' || current_database()) > 0;
+SELECT redlock_extend('bounds:' || current_database(), 30000) > 0;
+SELECT redlock_unlock('bounds:' || current_database());
+SELECT redlock_try_lock('bounds:never', 1000) IS NULL;
+SELECT reject('t2', 1);
+SQL
+my $holder = $pg->background_psql('postgres');
+$holder->query_safe("SELECT redlock_lock('bounds:never', 60000)");
+my $db1_before = $pg->safe_psql('postgres',
+	"SELECT acquires + attempts + grants + refused_held + refused_no_quorum + refused_timeout
+	      + refused_error + extends + extend_failures + releases + fence_rejections
+	   FROM redlock_stats WHERE datname = 'db1'");
+is($pg->safe_psql('db1', $work), "t\nt\nt\nt\n1", 'the work in db1');
+my $db1_events = $pg->safe_psql('postgres',
+	"SELECT acquires + attempts + grants + refused_held + refused_no_quorum + refused_timeout
+	      + refused_error + extends + extend_failures + releases + fence_rejections
+	   FROM redlock_stats WHERE datname = 'db1'") - $db1_before;
+cmp_ok($db1_events, '>=', 7, "db1 counted $db1_events events for it");
+for my $db (qw(db2 db3))
+{
+	is($pg->safe_psql($db, $work), "t\nt\nt\nt\n1", "the same work in $db");
+}
+is($pg->safe_psql('postgres', 'SELECT datname FROM redlock_stats ORDER BY datname'),
+	"db1\npostgres", 'only the first two databases have rows');
+is(info(), '2|2|' . (2 * $db1_events) . '|3|3|21',
+	"db2 and db3 added exactly db1's $db1_events events each to the untracked count");
+is($pg->safe_psql('postgres', "SELECT count(*) FROM redlock_stats_latency WHERE datname = 'db2'"),
+	'0', 'and have no latency histogram');
+
+# a session of an untracked database that stays connected keeps counting
+my $s3 = $pg->background_psql('db3');
+for (1 .. 3)
+{
+	$s3->query_safe("SELECT redlock_try_lock('bounds:s3') > 0");
+	$s3->query_safe("SELECT redlock_unlock('bounds:s3')");
+}
+$s3->query_safe("SELECT reject('t3', 5)");
+my ($untracked) = split /\|/, $pg->safe_psql('postgres',
+	'SELECT database_events_untracked, table_rejections_untracked FROM redlock_stats_info');
+is($untracked, 2 * $db1_events + 3 * 4 + 5,
+	'a long-lived db3 session: 3 grants and releases (4 events each) and 5 rejections');
+like(info(), qr/\|26$/, 'the 5 rejections on its table too');
+
+# ---------- a reset ----------
+
+$pg->safe_psql('postgres', 'SELECT redlock_stats_reset()');
+is(info(), '2|2|0|0|3|0', 'a reset zeroes the counts and empties the table of fenced tables');
+is($pg->safe_psql('postgres', "SELECT reject('t4', 2)"), '2', 't4 again');
+is($pg->safe_psql('postgres', 'SELECT relname, rejections FROM redlock_stats_fence'),
+	't4|2', 'a table that did not fit before is tracked now');
+is($pg->safe_psql('db2', "SELECT reject('t4', 1)"), '1', 'db2 rejects once');
+is(info(), '2|2|1|2|3|0',
+	'database entries stay after a reset: db2 is still untracked (1 event), its table is tracked');
+
+# ---------- nothing broke ----------
+
+is($pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'), $started,
+	'the server never restarted');
+my $log = slurp_file($pg->logfile);
+unlike($log, qr/out of shared memory|terminated by signal|was terminated|PANIC/,
+	'no shared memory errors or crashed backends in the log');
+$s3->quit;
+$holder->quit;
+
+# ---------- upgrade from 1.0 ----------
+
+$pg->safe_psql('postgres', 'CREATE DATABASE upd');
+$pg->safe_psql('upd', "CREATE EXTENSION redlock VERSION '1.0'");
+is($pg->safe_psql('upd', "SELECT extversion FROM pg_extension WHERE extname = 'redlock'"),
+	'1.0', 'version 1.0 installed');
+is($pg->safe_psql('upd', "SELECT to_regclass('redlock_stats_info') IS NULL"), 't',
+	'1.0 has no redlock_stats_info');
+$pg->safe_psql('upd', 'ALTER EXTENSION redlock UPDATE');
+is($pg->safe_psql('upd', "SELECT extversion FROM pg_extension WHERE extname = 'redlock'"),
+	'1.1', 'updated to 1.1');
+is($pg->safe_psql('upd', 'SELECT databases_max, tables_max FROM redlock_stats_info'),
+	'2|3', 'redlock_stats_info works after the update');
+# the update gives what a fresh install gives: same objects, same grants
+my $objects = <<'SQL';
+SELECT pg_describe_object(classid, objid, 0) || ' ' ||
+       coalesce((SELECT array_agg(a ORDER BY a::text)::text
+                   FROM pg_class c, aclexplode(c.relacl) a
+                  WHERE classid = 'pg_class'::regclass AND c.oid = objid), '')
+  FROM pg_depend
+ WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'redlock')
+   AND deptype = 'e'
+ ORDER BY 1
+SQL
+is($pg->safe_psql('upd', $objects), $pg->safe_psql('db1', $objects),
+	'1.0 + update has the same objects and privileges as a fresh 1.1');
+$pg->safe_psql('upd', 'CREATE ROLE bounds_reader LOGIN');
+is($pg->safe_psql('upd', 'SET ROLE bounds_reader; SELECT count(*) FROM redlock_stats_info'),
+	'1', 'and any role can read it');
+
+$pg->stop;
+done_testing();

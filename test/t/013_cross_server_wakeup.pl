@@ -1,0 +1,133 @@
+# Two PostgreSQL servers sharing the Redis nodes: a release on one wakes a
+# waiter on the other at once (the wake-up worker hears it from the nodes),
+# with redlock.retry_delay at 10 s so that polling cannot explain it.  Real
+# Redis nodes and two real clusters.
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedisNode;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @redis = map { RedisNode->new } 1 .. 3;
+my $nodes = join(',', map { $_->addr } @redis);
+
+my @pg;
+for my $name ('east', 'west')
+{
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'redlock'\nredlock.nodes = '$nodes'\n"
+		  . "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION redlock');
+	push @pg, $node;
+}
+my ($east, $west) = @pg;
+
+# every node has a subscriber for the key: the west server listens
+sub subscribed
+{
+	my ($key) = @_;
+	for (1 .. 100)
+	{
+		my $all = 1;
+		for my $r (@redis)
+		{
+			my $out = $r->cli('PUBSUB', 'NUMSUB', $key);
+			$all = 0 unless $out =~ /\n1$/;
+		}
+		return 1 if $all;
+		usleep(50_000);
+	}
+	return 0;
+}
+
+# a waiter on west for $res; returns the session once it is queued and heard
+sub west_waiter
+{
+	my ($res) = @_;
+	my $w = $west->background_psql('postgres', on_error_stop => 0);
+	$w->query_until(qr/waiting/,
+		"\\echo waiting\nSELECT redlock_lock('$res', 60000) AS got \\gset\n");
+	$west->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM redlock_locks WHERE resource = '$res' AND NOT granted")
+	  or die "no waiter";
+	ok(subscribed("redlock:lock:$res"), "west's wake-up worker listens for $res on every node");
+	return $w;
+}
+
+like($west->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'"),
+	qr/^1$/, 'the wake-up worker runs');
+
+# --- unlock on east wakes the waiter on west
+my $h = $east->background_psql('postgres', on_error_stop => 0);
+my $t1 = $h->query_safe("SELECT redlock_lock('x:a', 60000)");
+my $w = west_waiter('x:a');
+my $t0 = time;
+$h->query_safe("SELECT redlock_unlock('x:a')");
+my $t2 = $w->query_safe('SELECT :got');
+my $took = time - $t0;
+cmp_ok($t2, '>', $t1, 'the west waiter got the lease with a newer token');
+cmp_ok($took, '<', 5, "east's release woke it (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
+$w->query_safe("SELECT redlock_unlock('x:a')");
+$w->quit;
+
+# --- the holder on east exits (terminated): its release at exit wakes west
+my $hpid = $h->query_safe("SELECT pg_backend_pid(); SELECT redlock_lock('x:b', 60000) \\g /dev/null");
+$w = west_waiter('x:b');
+$t0 = time;
+$east->safe_psql('postgres', "SELECT pg_terminate_backend($hpid)");
+$w->query_safe('SELECT :got');
+$took = time - $t0;
+cmp_ok($took, '<', 5, "the east holder's exit woke the west waiter (${\ sprintf '%.2f', $took }s)");
+$w->query_safe("SELECT redlock_unlock('x:b')");
+$w->quit;
+
+# --- no longer awaited: the worker unsubscribes
+my $gone = 0;
+for (1 .. 100)
+{
+	$gone = 1, last
+	  unless grep { $_->cli('PUBSUB', 'NUMSUB', 'redlock:lock:x:a') =~ /\n1$/ } @redis;
+	usleep(50_000);
+}
+ok($gone, 'keys nobody waits for are unsubscribed');
+
+# --- a node restarted: the worker subscribes again on the new connection
+$h = $east->background_psql('postgres', on_error_stop => 0);
+$h->query_safe("SELECT redlock_lock('x:c', 60000)");
+$w = west_waiter('x:c');
+$redis[0]->restart;
+ok(subscribed('redlock:lock:x:c'), 'after a node restart the worker listens there again');
+$t0 = time;
+$h->query_safe("SELECT redlock_unlock('x:c')");
+$w->query_safe('SELECT :got');
+$took = time - $t0;
+cmp_ok($took, '<', 5, "and the release still wakes the waiter (${\ sprintf '%.2f', $took }s)");
+$w->query_safe("SELECT redlock_unlock('x:c')");
+$w->quit;
+$h->quit;
+
+# --- a lost message costs latency, never liveness: without the worker the
+# waiter still gets the lease at its backstop (retry_delay, 1 s here)
+$west->safe_psql('postgres', "ALTER SYSTEM SET redlock.retry_delay = '1s'; SELECT pg_reload_conf()");
+$h = $east->background_psql('postgres', on_error_stop => 0);
+$h->query_safe("SELECT redlock_lock('x:d', 60000)");
+my $wk = $west->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
+my $w2 = $west->background_psql('postgres', on_error_stop => 0);
+$w2->query_until(qr/waiting/, "\\echo waiting\nSELECT redlock_lock('x:d', 60000) AS got \\gset\n");
+$west->poll_query_until('postgres',
+	"SELECT count(*) > 0 FROM redlock_locks WHERE resource = 'x:d' AND NOT granted");
+$west->safe_psql('postgres', "SELECT pg_terminate_backend($wk)");
+$h->query_safe("SELECT redlock_unlock('x:d')");
+like($w2->query_safe('SELECT :got'), qr/^\d+$/, 'without the wake-up worker the waiter still gets the lease');
+$w2->quit;
+$h->quit;
+
+$_->stop for @pg;
+done_testing();
