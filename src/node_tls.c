@@ -300,10 +300,12 @@ tls_handshake(RlNode *node, char *err, size_t errlen)
 {
 	int			rc;
 	int			sslerr;
+	int			saved_errno;
 
 	ERR_clear_error();
 	errno = 0;
 	rc = SSL_do_handshake(node->ssl);
+	saved_errno = errno;
 	if (rc == 1)
 	{
 		node->tls_events = 0;
@@ -321,9 +323,14 @@ tls_handshake(RlNode *node, char *err, size_t errlen)
 		node->tls_events = RL_EV_WRITE;
 		return 0;
 	}
-	describe_failure(node, rc, sslerr, errno, "TLS handshake failed", err, errlen);
+	describe_failure(node, rc, sslerr, saved_errno, "TLS handshake failed",
+					 err, errlen);
 	if (strstr(err, "the server closed the connection") != NULL)
 		snprintf(err, errlen, "the server closed the connection during the TLS handshake");
+	else if (sslerr == SSL_ERROR_SYSCALL &&
+			 (saved_errno == ECONNRESET || saved_errno == EPIPE))
+		snprintf(err, errlen, "the server closed the connection during the TLS handshake (%s)",
+				 strerror(saved_errno));
 	return -1;
 }
 
