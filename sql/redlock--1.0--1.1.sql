@@ -123,3 +123,21 @@ CREATE VIEW redlock_locks AS
 REVOKE ALL ON FUNCTION redlock_locks() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redlock_locks() TO redlock_user, pg_monitor;
 GRANT SELECT ON redlock_locks TO redlock_user, pg_monitor;
+
+-- Who holds a resource, as each node that has its lock says, whichever
+-- server sharing the nodes took it: the lock's value names the holder's
+-- server (system identifier), database and process.
+CREATE FUNCTION redlock_holder(
+    resource text,
+    OUT node text,
+    OUT system_identifier bigint,
+    OUT datid oid,
+    OUT pid integer,
+    OUT remaining_ms integer,
+    OUT this_server boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redlock_holder'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION redlock_holder(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redlock_holder(text) TO redlock_user, pg_monitor;

@@ -19,6 +19,7 @@
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
+#include "lease_sql.h"
 #include "lifecycle.h"
 #include "lock_table.h"
 #include "registry.h"
@@ -27,8 +28,8 @@
 
 /* ---------- argument checks ---------- */
 
-static void
-resource_arg(FunctionCallInfo fcinfo, int argno, char *out)
+void
+rl_resource_arg(FunctionCallInfo fcinfo, int argno, char *out)
 {
 	text	   *t;
 	int			len;
@@ -126,9 +127,9 @@ report_unavailable(const char *resource, const RlRequest *req, bool extending)
 					resource) :
 			 errmsg("could not acquire lease on \"%s\": fewer than a majority of Redis nodes could answer",
 					resource),
-			 errdetail_plural("%d of %d node failed; a majority is %d.%s",
+			 errdetail_plural("%d of %d nodes failed; a majority is %d.%s",
 							  "%d of %d nodes failed; a majority is %d.%s",
-							  req->nnodes,
+							  req->tally.failed,
 							  req->tally.failed, req->nnodes,
 							  rl_majority(req->nnodes), nodes.data),
 			 errhint("Check that the nodes in redlock.nodes are running and reachable.")));
@@ -142,12 +143,12 @@ report_unavailable(const char *resource, const RlRequest *req, bool extending)
  * plus jitter.  Stops with 55P03 at lock_timeout or the call's wait_ms.
  */
 static void
-wait_turn(const char *resource, int64_t started_us, int wait_ms,
+wait_turn(const char *resource, const char *key, int64_t started_us, int wait_ms,
 		  const RlRequest *last)
 {
 	long		delay_ms = rl_retry_delay_ms;
 	int64_t		now = rl_now_us();
-	int64_t		expiry = rl_lock_table_holder_expiry(resource);
+	int64_t		expiry = rl_lock_table_holder_expiry(key);
 	int			limit_ms = -1;
 
 	if (rl_retry_jitter_ms > 0)
@@ -199,6 +200,17 @@ wait_turn(const char *resource, int64_t started_us, int wait_ms,
 }
 
 /* ---------- acquire ---------- */
+
+/* We wait: the wake-up worker listens for releases on other servers. */
+static void
+announce_waiting(int slot, bool *announced)
+{
+	if (!*announced)
+	{
+		rl_lock_table_waiting(slot);
+		*announced = true;
+	}
+}
 
 static void
 add_hold(RlLease *lease, bool xact)
@@ -255,7 +267,7 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 	bool		asked = false;
 	bool		announced = false;
 
-	resource_arg(fcinfo, 0, resource);
+	rl_resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
 	if (keep_alive && !rl_lock_table_enabled())
 		ereport(ERROR,
@@ -287,6 +299,8 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 	{
 		RlReleaseItem item = {lease->key, lease->keylen, lease->owner};
 
+		/* from now on it can never count as valid again, holds aside */
+		rl_registry_expired(lease);
 		rl_proto_release(&item, 1, false, false, 0, &req);
 	}
 
@@ -298,17 +312,12 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 	{
 		RlAttempt	r;
 
-		/* waiting: the wake-up worker listens for releases on other servers */
-		if (asked && !try_only && !announced)
-		{
-			rl_lock_table_wake_worker(RL_WORKER_WAKEUP);
-			announced = true;
-		}
 
 		/* first come, first served among the waiters of this server */
 		if (!try_only && !rl_lock_table_first_waiter(slot))
 		{
-			wait_turn(resource, started_us, wait_ms, asked ? &req : NULL);
+			announce_waiting(slot, &announced);
+			wait_turn(resource, key, started_us, wait_ms, asked ? &req : NULL);
 			continue;
 		}
 
@@ -342,7 +351,8 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 				rl_registry_forget(lease);
 			return -1;
 		}
-		wait_turn(resource, started_us, wait_ms, &req);
+		announce_waiting(slot, &announced);
+		wait_turn(resource, key, started_us, wait_ms, &req);
 	}
 
 	rl_stats_count(RL_STAT_GRANTS);
@@ -423,7 +433,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 	RlRequest	req;
 	int64_t		left_ms;
 
-	resource_arg(fcinfo, 0, resource);
+	rl_resource_arg(fcinfo, 0, resource);
 	rl_nodes_ready();
 
 	lease = rl_registry_held(resource);
@@ -511,7 +521,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 	int64_t		start_us;
 	int64_t		validity_us;
 
-	resource_arg(fcinfo, 0, resource);
+	rl_resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
 	rl_nodes_ready();
 

@@ -70,6 +70,7 @@ rl_nodes_ready(void)
 								   n, n),
 					 errdetail("redlock.nodes or the Redis credentials changed; leases cannot be kept across such a change.")));
 			(void) rl_registry_release(RL_DROP_ALL, InvalidSubTransactionId, true);
+			rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
 		}
 		rl_nodes_apply_config();
 	}

@@ -46,6 +46,7 @@ typedef struct RlSlot
 {
 	bool		in_use;
 	bool		granted;
+	bool		waiting;		/* it has waited (not just a first attempt) */
 	int			pid;
 	int			procno;			/* whose latch to set */
 	Oid			dbid;
@@ -79,6 +80,8 @@ typedef struct RlLockTable
 } RlLockTable;
 
 static RlLockTable *rl_table = NULL;
+
+static int	first_waiter(const char *key, int skip);
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -168,6 +171,18 @@ rl_lock_table_set_worker(RlWorkerRole role, bool running)
 	LWLockRelease(rl_table->lock);
 }
 
+/* The slot's backend waits: the wake-up worker listens for its key. */
+void
+rl_lock_table_waiting(int slot)
+{
+	if (rl_table == NULL || slot < 0)
+		return;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	rl_table->slots[slot].waiting = true;
+	LWLockRelease(rl_table->lock);
+	rl_lock_table_wake_worker(RL_WORKER_WAKEUP);
+}
+
 /* Something for a worker to do: a keep-alive lease, a new waiter. */
 void
 rl_lock_table_wake_worker(RlWorkerRole role)
@@ -200,7 +215,7 @@ rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
 		RlSlot	   *s = &rl_table->slots[i];
 		bool		seen = false;
 
-		if (!s->in_use || s->granted)
+		if (!s->in_use || s->granted || !s->waiting)
 			continue;
 		for (int k = 0; k < n && !seen; k++)
 			seen = strcmp(keys[k], s->key) == 0;
@@ -220,20 +235,14 @@ rl_lock_table_wake_key(const char *key, size_t keylen)
 {
 	int			first = -1;
 	int			procno = -1;
+	char		k[RL_KEY_MAX + 1];
 
 	if (rl_table == NULL || keylen > RL_KEY_MAX)
 		return;
+	memcpy(k, key, keylen);
+	k[keylen] = '\0';
 	LWLockAcquire(rl_table->lock, LW_SHARED);
-	for (int i = 0; i < rl_table->nslots; i++)
-	{
-		RlSlot	   *s = &rl_table->slots[i];
-
-		if (!s->in_use || s->granted || strlen(s->key) != keylen ||
-			memcmp(s->key, key, keylen) != 0)
-			continue;
-		if (first < 0 || s->wait_seq < rl_table->slots[first].wait_seq)
-			first = i;
-	}
+	first = first_waiter(k, -1);
 	if (first >= 0)
 		procno = rl_table->slots[first].procno;
 	LWLockRelease(rl_table->lock);
@@ -433,9 +442,13 @@ rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome,
 	return lost;
 }
 
-/* The first waiter on resource other than skip, or -1.  Lock held. */
+/*
+ * The first waiter for a lock key other than skip, or -1.  Lock held.  By
+ * key, not resource name: sessions with different redlock.key_prefix values
+ * wait for different locks.
+ */
 static int
-first_waiter(const char *resource, int skip)
+first_waiter(const char *key, int skip)
 {
 	int			first = -1;
 
@@ -444,7 +457,7 @@ first_waiter(const char *resource, int skip)
 		RlSlot	   *s = &rl_table->slots[i];
 
 		if (!s->in_use || s->granted || i == skip ||
-			strcmp(s->resource, resource) != 0)
+			strcmp(s->key, key) != 0)
 			continue;
 		if (first < 0 || s->wait_seq < rl_table->slots[first].wait_seq)
 			first = i;
@@ -469,7 +482,7 @@ rl_lock_table_remove(int slot)
 	s = &rl_table->slots[slot];
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->in_use && s->pid == MyProcPid);
-	next = first_waiter(s->resource, slot);
+	next = first_waiter(s->key, slot);
 	if (next >= 0)
 		procno = rl_table->slots[next].procno;
 	s->in_use = false;
@@ -487,7 +500,7 @@ rl_lock_table_first_waiter(int slot)
 	if (rl_table == NULL || slot < 0)
 		return true;
 	LWLockAcquire(rl_table->lock, LW_SHARED);
-	first = first_waiter(rl_table->slots[slot].resource, -1) == slot;
+	first = first_waiter(rl_table->slots[slot].key, -1) == slot;
 	LWLockRelease(rl_table->lock);
 	return first;
 }
@@ -498,7 +511,7 @@ rl_lock_table_first_waiter(int slot)
  * for the time the key took to reach the nodes.
  */
 int64_t
-rl_lock_table_holder_expiry(const char *resource)
+rl_lock_table_holder_expiry(const char *key)
 {
 	int64_t		expiry = 0;
 
@@ -509,7 +522,7 @@ rl_lock_table_holder_expiry(const char *resource)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
-		if (s->in_use && s->granted && strcmp(s->resource, resource) == 0)
+		if (s->in_use && s->granted && strcmp(s->key, key) == 0)
 			expiry = Max(expiry, s->valid_until_us +
 						 rl_drift_us(s->ttl_ms, rl_drift_factor) + 5000);
 	}
@@ -527,6 +540,8 @@ redlock_locks(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int64_t		now_us = rl_now_us();
 	TimestampTz now = GetCurrentTimestamp();
+	RlSlot	   *copy;
+	int			ncopy = 0;
 
 	if (rl_table == NULL)
 		ereport(ERROR,
@@ -536,15 +551,25 @@ redlock_locks(PG_FUNCTION_ARGS)
 				 errhint("Add redlock to shared_preload_libraries and restart the server; redlock_leases shows this session's leases without it.")));
 
 	InitMaterializedSRF(fcinfo, 0);
+
+	/* copy the rows in use first: no output work under the table's lock */
 	LWLockAcquire(rl_table->lock, LW_SHARED);
 	for (int i = 0; i < rl_table->nslots; i++)
+		if (rl_table->slots[i].in_use)
+			ncopy++;
+	copy = palloc_extended(sizeof(RlSlot) * Max(ncopy, 1), MCXT_ALLOC_HUGE);
+	ncopy = 0;
+	for (int i = 0; i < rl_table->nslots; i++)
+		if (rl_table->slots[i].in_use)
+			copy[ncopy++] = rl_table->slots[i];
+	LWLockRelease(rl_table->lock);
+
+	for (int i = 0; i < ncopy; i++)
 	{
-		RlSlot	   *s = &rl_table->slots[i];
+		RlSlot	   *s = &copy[i];
 		Datum		values[12];
 		bool		nulls[12] = {0};
 
-		if (!s->in_use)
-			continue;
 		values[0] = Int32GetDatum(s->pid);
 		values[1] = ObjectIdGetDatum(s->dbid);
 		values[2] = ObjectIdGetDatum(s->userid);
@@ -572,6 +597,6 @@ redlock_locks(PG_FUNCTION_ARGS)
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	LWLockRelease(rl_table->lock);
+	pfree(copy);
 	return (Datum) 0;
 }

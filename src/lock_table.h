@@ -67,6 +67,7 @@ extern bool rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome,
 								   int64_t valid_until_us);
 extern void rl_lock_table_remove(int slot);
 extern bool rl_lock_table_first_waiter(int slot);
-extern int64_t rl_lock_table_holder_expiry(const char *resource);
+extern int64_t rl_lock_table_holder_expiry(const char *key);
+extern void rl_lock_table_waiting(int slot);
 
 #endif							/* REDLOCK_LOCK_TABLE_H */

@@ -400,6 +400,19 @@ node_connect_done(RlNode *node, RlRequest *req)
 	}
 	/* small requests, answered at once: never wait for Nagle */
 	(void) setsockopt(node->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* a connection that only listens (pub/sub) must notice a dead peer too */
+	(void) setsockopt(node->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+#ifdef TCP_KEEPIDLE
+	{
+		int			idle = 10,
+					intvl = 5,
+					cnt = 3;
+
+		(void) setsockopt(node->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+		(void) setsockopt(node->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+		(void) setsockopt(node->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	}
+#endif
 	if (rl_tls_mode != RL_TLS_DISABLE)
 	{
 		char		why[160];

@@ -129,6 +129,7 @@ extern int	rl_nnodes;
 extern uint64_t rl_round_id;	/* tag of the round being waited for */
 extern uint64_t rl_dispatch_tag;	/* tag of what is being dispatched */
 extern bool rl_wes_stale;		/* sockets changed: rebuild the wait set */
+extern bool rl_latch_fired;		/* the latch was set during a round */
 
 /* node_conn.c */
 extern void node_connect(RlNode *node, RlRequest *req);

@@ -338,6 +338,16 @@ rl_nodes_run(RlRequest *req)
 		nodes_dispatch_backed_off(req, rl_round_id))
 		round_wait(req);
 	nodes_flush();
+
+	/*
+	 * A wake-up that came during the round (a lease released while we were
+	 * asking for it) is for our caller: set the latch again.
+	 */
+	if (rl_latch_fired)
+	{
+		rl_latch_fired = false;
+		SetLatch(MyLatch);
+	}
 }
 
 /*
@@ -390,6 +400,7 @@ rl_nodes_wait_pushes(long timeout_ms)
 	if (wait_any_buffered_input())
 		timeout_ms = 0;
 	nready = wait_in_event_set(timeout_ms, ready);
+	rl_latch_fired = false;		/* the caller is the one woken */
 	wait_handle_ready(NULL, ready, nready);
 }
 

@@ -31,6 +31,7 @@
 
 static WaitEventSet *rl_wes = NULL;
 bool		rl_wes_stale = true;
+bool		rl_latch_fired = false; /* the latch was set during a round */
 
 /* the resolver's sockets in the wait event set, and their events */
 static int	rl_wes_resolver_fds[RL_MAX_RESOLVER_SOCKS];
@@ -171,6 +172,7 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 		if (ev->events & WL_LATCH_SET)
 		{
 			ResetLatch(MyLatch);
+			rl_latch_fired = true;
 			CHECK_FOR_INTERRUPTS();
 			continue;
 		}

@@ -22,6 +22,8 @@
 
 #include <sys/time.h>
 
+#include "access/xlog.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 
 #include "protocol.h"
@@ -73,6 +75,12 @@ static const char EXTEND_SCRIPT[] =
 "end\n"
 "return 0\n";
 
+/* the lock's value and remaining time, or '' when nobody holds it */
+static const char HOLDER_SCRIPT[] =
+"local v = redis.call('GET', KEYS[1])\n"
+"if not v then return '' end\n"
+"return v .. ' ' .. redis.call('PTTL', KEYS[1])\n";
+
 static int64 rl_last_token = 0;
 
 /*
@@ -96,17 +104,25 @@ wall_clock_us(void)
 	return (int64) tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
+/*
+ * A new lock value: 128 random bits, which make it ours alone, followed by
+ * who holds it (this server's system identifier, the database and the
+ * process), so that redlock_holder() on any server can say who holds a
+ * resource without any write beyond the lock itself.
+ */
 static void
 new_owner(char *owner)
 {
-	uint8		bytes[RL_OWNER_LEN / 2];
+	uint8		bytes[RL_OWNER_RANDOM_LEN / 2];
 
 	if (!pg_strong_random(bytes, sizeof(bytes)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate a random lease owner")));
 	hex_encode((const char *) bytes, sizeof(bytes), owner);
-	owner[RL_OWNER_LEN] = '\0';
+	snprintf(owner + RL_OWNER_RANDOM_LEN, RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN,
+			 ":" UINT64_FORMAT ":%u:%d",
+			 GetSystemIdentifier(), MyDatabaseId, MyProcPid);
 }
 
 /* The Redis key of a resource's lock. */
@@ -186,7 +202,7 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 		argv[3 + i] = items[i].key;
 		argvlen[3 + i] = items[i].keylen;
 		argv[3 + nitems + i] = items[i].owner;
-		argvlen[3 + nitems + i] = RL_OWNER_LEN;
+		argvlen[3 + nitems + i] = strlen(items[i].owner);
 	}
 
 	request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 3 + 2 * nitems,
@@ -246,7 +262,7 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	argv[4] = ckey;
 	argvlen[4] = counter_key(ckey, resource);
 	argv[5] = grant->owner;
-	argvlen[5] = RL_OWNER_LEN;
+	argvlen[5] = strlen(grant->owner);
 	argv[6] = ttl_buf;
 	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
 	argv[7] = proposal_buf;
@@ -363,7 +379,7 @@ rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
 	argv[3] = key;
 	argvlen[3] = keylen;
 	argv[4] = owner;
-	argvlen[4] = RL_OWNER_LEN;
+	argvlen[4] = strlen(owner);
 	argv[5] = ttl_buf;
 	argvlen[5] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
 	request_init(req, RL_REPLY_FLAG, RL_GOAL_QUORUM, 6, argv, argvlen);
@@ -373,4 +389,28 @@ rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
 	req->argv = NULL;
 	req->argvlen = NULL;
 	return req->decision;
+}
+
+/*
+ * Ask every node who holds key: each answer's reply_text is "" (nobody) or
+ * "<lock value> <remaining ms>".
+ */
+void
+rl_proto_holder(const char *key, int keylen, RlRequest *req)
+{
+	const char *argv[4];
+	size_t		argvlen[4];
+
+	argv[0] = "EVAL";
+	argvlen[0] = 4;
+	argv[1] = HOLDER_SCRIPT;
+	argvlen[1] = sizeof(HOLDER_SCRIPT) - 1;
+	argv[2] = "1";
+	argvlen[2] = 1;
+	argv[3] = key;
+	argvlen[3] = keylen;
+	request_init(req, RL_REPLY_STATUS, RL_GOAL_ALL, 4, argv, argvlen);
+	rl_nodes_run(req);
+	req->argv = NULL;
+	req->argvlen = NULL;
 }

@@ -49,5 +49,6 @@ extern void rl_proto_release(const RlReleaseItem *items, int nitems,
 							 bool wait, bool nothrow, int64_t deadline_us,
 							 RlRequest *req);
 extern int64_t rl_proto_release_deadline(void);
+extern void rl_proto_holder(const char *key, int keylen, RlRequest *req);
 
 #endif							/* REDLOCK_PROTOCOL_H */

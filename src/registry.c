@@ -155,6 +155,19 @@ rl_registry_holds_changed(RlLease *lease)
 }
 
 /*
+ * The lease ran out and is being taken again (its holds stay): leave the
+ * lock table and the keep-alive worker, and never count as valid again.
+ */
+void
+rl_registry_expired(RlLease *lease)
+{
+	rl_lock_table_remove(lease->shm_slot);
+	lease->shm_slot = -1;
+	lease->keep_alive = false;
+	lease->valid_until_us = 0;
+}
+
+/*
  * Until when the lease is valid (monotonic clock): the keep-alive worker
  * moves it on for keep-alive leases; 0 once the worker lost it.
  */

@@ -67,6 +67,7 @@ extern void rl_registry_end_acquire(RlLease *lease);
 extern void rl_registry_abort_acquire(void);
 extern void rl_registry_holds_changed(RlLease *lease);
 extern int64_t rl_registry_valid_until(const RlLease *lease);
+extern void rl_registry_expired(RlLease *lease);
 extern void rl_registry_forget(RlLease *lease);
 extern long rl_registry_count(void);
 extern bool rl_registry_has_xact_holds(void);

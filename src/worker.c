@@ -46,6 +46,8 @@
 #include "worker.h"
 
 #define RL_WORKER_BATCH	64		/* leases extended per look at the table */
+#define RL_WAKEUP_MAX_KEYS	4096	/* keys listened for; waiters for more
+									 * keys poll */
 
 PGDLLEXPORT void redlock_worker_main(Datum main_arg);
 PGDLLEXPORT void redlock_wakeup_main(Datum main_arg);
@@ -238,9 +240,9 @@ redlock_wakeup_main(Datum main_arg)
 	uint64_t	serials[RL_MAX_NODES] = {0};
 
 	worker_start(RL_WORKER_WAKEUP);
-	wanted = MemoryContextAlloc(TopMemoryContext, (Size) rl_max_leases * (RL_KEY_MAX + 1));
-	subscribed = MemoryContextAlloc(TopMemoryContext, (Size) rl_max_leases * (RL_KEY_MAX + 1));
-	diff = MemoryContextAlloc(TopMemoryContext, (Size) rl_max_leases * (RL_KEY_MAX + 1));
+	wanted = MemoryContextAlloc(TopMemoryContext, RL_WAKEUP_MAX_KEYS * (RL_KEY_MAX + 1));
+	subscribed = MemoryContextAlloc(TopMemoryContext, RL_WAKEUP_MAX_KEYS * (RL_KEY_MAX + 1));
+	diff = MemoryContextAlloc(TopMemoryContext, RL_WAKEUP_MAX_KEYS * (RL_KEY_MAX + 1));
 	rl_nodes_set_push_handler(on_release);
 
 	for (;;)
@@ -252,40 +254,41 @@ redlock_wakeup_main(Datum main_arg)
 		{
 			int			nwanted;
 			int			n;
-			bool		skip[RL_MAX_NODES];
-			bool		fresh = false;
+			uint64_t	snap[RL_MAX_NODES];
+			bool		whole[RL_MAX_NODES];	/* skip lists: not these */
+			bool		part[RL_MAX_NODES];
+			bool		none[RL_MAX_NODES];
 
 			if (rl_nodes_config_changed())
 				nsubscribed = 0;	/* new connections: subscribe anew */
 			rl_nodes_ready();
-			nwanted = rl_lock_table_awaited_keys(wanted, rl_max_leases);
+			nwanted = rl_lock_table_awaited_keys(wanted, RL_WAKEUP_MAX_KEYS);
 
 			/*
-			 * Nodes that reconnected lost their subscriptions, and nodes
-			 * without a connection (down, or restarted) get one by being
-			 * sent the subscriptions again, once out of backoff.
+			 * A node that reconnected lost its subscriptions, and one without
+			 * a connection (down, restarted) gets one by being sent them, once
+			 * out of backoff: both get the whole set.  The others get what
+			 * changed.  A node that connects while we send shows a new serial
+			 * next time, and gets the whole set then.
 			 */
 			for (int i = 0; i < rl_nodes_count(); i++)
 			{
-				skip[i] = rl_node_connection_serial(i) == serials[i] &&
-					rl_node_connected(i);
-				fresh |= !skip[i];
+				snap[i] = rl_node_connection_serial(i);
+				whole[i] = snap[i] != serials[i] || !rl_node_connected(i);
+				part[i] = !whole[i];
 			}
-			if (fresh && nsubscribed > 0)
-				send_subscription("SUBSCRIBE", subscribed, nsubscribed, skip);
-
-			/* new keys on every node, keys no longer awaited dropped */
-			memset(skip, 0, sizeof(skip));
+			if (nwanted > 0)
+				send_subscription("SUBSCRIBE", wanted, nwanted, part);
 			n = keys_minus(wanted, nwanted, subscribed, nsubscribed, diff);
 			if (n > 0)
-				send_subscription("SUBSCRIBE", diff, n, skip);
+				send_subscription("SUBSCRIBE", diff, n, whole);
+			memset(none, 0, sizeof(none));
 			n = keys_minus(subscribed, nsubscribed, wanted, nwanted, diff);
 			if (n > 0)
-				send_subscription("UNSUBSCRIBE", diff, n, skip);
+				send_subscription("UNSUBSCRIBE", diff, n, none);
 			memcpy(subscribed, wanted, (Size) nwanted * (RL_KEY_MAX + 1));
 			nsubscribed = nwanted;
-			for (int i = 0; i < rl_nodes_count(); i++)
-				serials[i] = rl_node_connection_serial(i);
+			memcpy(serials, snap, sizeof(serials));
 		}
 
 		/* messages, or a new waiter (the latch), or a look every second */

@@ -113,6 +113,24 @@ $w->query_safe("SELECT redlock_unlock('x:c')");
 $w->quit;
 $h->quit;
 
+# --- who holds a resource, asked from the other server
+$h = $east->background_psql('postgres', on_error_stop => 0);
+my $epid = $h->query_safe("SELECT pg_backend_pid(); SELECT redlock_lock('x:who', 60000) \\g /dev/null");
+my $esys = $east->safe_psql('postgres', 'SELECT system_identifier FROM pg_control_system()');
+my $edb = $east->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'postgres'");
+is($west->safe_psql('postgres',
+		"SELECT count(*), min(system_identifier) = max(system_identifier), min(system_identifier), "
+		  . "min(datid), min(pid), bool_and(remaining_ms BETWEEN 1 AND 60000), bool_or(this_server) "
+		  . "FROM redlock_holder('x:who')"),
+	"3|t|$esys|$edb|$epid|t|f",
+	'redlock_holder on west names the east holder on every node');
+is($east->safe_psql('postgres', "SELECT bool_and(this_server) FROM redlock_holder('x:who')"),
+	't', 'and on east it is this server');
+$h->query_safe("SELECT redlock_unlock('x:who')");
+is($west->safe_psql('postgres', "SELECT count(*) FROM redlock_holder('x:who')"), '0',
+	'nobody holds it once released');
+$h->quit;
+
 # --- a lost message costs latency, never liveness: without the worker the
 # waiter still gets the lease at its backstop (retry_delay, 1 s here)
 $west->safe_psql('postgres', "ALTER SYSTEM SET redlock.retry_delay = '1s'; SELECT pg_reload_conf()");
