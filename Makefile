@@ -4,11 +4,16 @@ MODULE_big = redlock
 OBJS = \
 	src/redlock.o \
 	src/guc.o \
+	src/guc_net.o \
 	src/node_list.o \
 	src/quorum.o \
 	src/node_conn.o \
+	src/node_sock.o \
+	src/node_tls.o \
+	src/node_resolve.o \
 	src/node_pipeline.o \
 	src/node_round.o \
+	src/node_wait.o \
 	src/protocol.o \
 	src/registry.o \
 	src/lifecycle.o \
@@ -22,8 +27,13 @@ OBJS = \
 DATA = sql/redlock--1.0.sql sql/redlock--1.0--1.1.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 
-PG_CPPFLAGS = -I$(srcdir)/src
-SHLIB_LINK = -lhiredis
+# hiredis: the system's by default; another one with e.g.
+#   make HIREDIS_CFLAGS=-I/opt/hiredis/include \
+#        HIREDIS_LIBS='-L/opt/hiredis/lib -Wl,-rpath,/opt/hiredis/lib -lhiredis'
+HIREDIS_CFLAGS ?=
+HIREDIS_LIBS ?= -lhiredis
+PG_CPPFLAGS = -I$(srcdir)/src $(HIREDIS_CFLAGS)
+SHLIB_LINK = $(HIREDIS_LIBS) -lcares -lssl -lcrypto
 
 # pg_regress suites: sql/ and expected/
 REGRESS = lease_api fence operations

@@ -420,6 +420,8 @@ rl_define_gucs(void)
 							   GUC_SUPERUSER_ONLY,
 							   check_credential, assign_credential, NULL);
 
+	rl_define_net_gucs();
+
 	DefineCustomStringVariable("redlock.fence_token",
 							   "Fencing token offered by writes in this transaction (set it with SET LOCAL).",
 							   "Read by the redlock_fence() trigger for DELETE, for INSERTs that leave the token column NULL and for UPDATEs that leave it unchanged.  Only a token set in the current transaction (SET LOCAL, set_config(..., true), a function's SET clause) is accepted.",

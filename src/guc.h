@@ -31,8 +31,24 @@ extern int	rl_stats_max_tables;
 /* room for the reason rl_parse_node_list() gives for refusing a value */
 #define RL_NODES_ERRLEN			512
 
+extern char *rl_dns_servers;
+
+/* redlock.tls_mode: libpq's sslmode words */
+typedef enum RlTlsMode
+{
+	RL_TLS_DISABLE,
+	RL_TLS_REQUIRE,				/* encrypt, do not check the certificate */
+	RL_TLS_VERIFY_CA,			/* the certificate is signed by a trusted CA */
+	RL_TLS_VERIFY_FULL			/* ... and names the node's host or IP */
+} RlTlsMode;
+
+extern int	rl_tls_mode;
+extern char *rl_tls_ca_file;
+extern char *rl_tls_cert_file;
+extern char *rl_tls_key_file;
 
 extern void rl_define_gucs(void);
+extern void rl_define_net_gucs(void);
 extern bool rl_parse_node_list(const char *value, RlNodeList *out,
 							   char *errbuf, size_t errlen);
 

@@ -21,8 +21,6 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-#include "storage/fd.h"
-
 #include "node_internal.h"
 
 #define RL_BACKOFF_MIN_MS	100
@@ -107,7 +105,7 @@ rl_node_connection_serial(int i)
 bool
 rl_node_connected(int i)
 {
-	return rl_nodes[i].ctx != NULL;
+	return rl_nodes[i].state != RL_CONN_NONE;
 }
 
 int
@@ -116,7 +114,7 @@ rl_nodes_open_connections(void)
 	int			n = 0;
 
 	for (int i = 0; i < rl_nnodes; i++)
-		if (rl_nodes[i].ctx != NULL)
+		if (rl_nodes[i].state != RL_CONN_NONE)
 			n++;
 	return n;
 }
@@ -128,21 +126,20 @@ rl_nodes_open_connections(void)
 void
 node_disconnect(RlNode *node)
 {
-	if (node->ctx != NULL)
+	if (node->state == RL_CONN_RESOLVING)
+		resolve_cancel(node);
+	sock_close(node);
+	if (node->reader != NULL)
 	{
-		redisFree(node->ctx);
-		node->ctx = NULL;
-		rl_wes_stale = true;
+		redisReaderFree(node->reader);
+		node->reader = NULL;
 	}
-	if (node->fd_reserved)
-	{
-		ReleaseExternalFD();
-		node->fd_reserved = false;
-	}
+	sock_reset_output(node);
 	node->state = RL_CONN_NONE;
 	node->want_write = false;
 	pipeline_requeue_owed(node);
 	node->wes_pos = -1;
+	rl_wes_stale = true;
 }
 
 void
@@ -150,6 +147,7 @@ rl_nodes_disconnect_all(void)
 {
 	for (int i = 0; i < rl_nnodes; i++)
 		node_disconnect(&rl_nodes[i]);
+	resolve_shutdown();
 }
 
 bool
@@ -181,6 +179,7 @@ rl_nodes_apply_config(void)
 				snprintf(node->name, sizeof(node->name), "%s:%d",
 						 node->addr.host, node->addr.port);
 			node->wes_pos = -1;
+			node->fd = -1;
 		}
 		rl_nnodes = rl_node_list->count;
 	}
@@ -241,46 +240,36 @@ node_answering(RlNode *node)
 	}
 }
 
-/* Start a non-blocking connect; AUTH is queued ahead of any command. */
+/*
+ * Start connecting: a reader for the replies, AUTH and the kept commands
+ * queued ahead of anything else, and the lookup of the node's addresses.
+ * Resolution, TCP connect and the TLS handshake all count against
+ * connect_timeout and all progress in the round's wait loop.
+ */
 void
 node_connect(RlNode *node, RlRequest *req)
 {
-	redisContext *ctx;
+	int64_t		now = rl_now_us();
 
-	if (!AcquireExternalFD())
-	{
-		node_fail(node, req, "could not connect: too many open files in this backend (max_files_per_process)");
-		return;
-	}
-	node->fd_reserved = true;
-
-	ctx = redisConnectNonBlock(node->addr.host, node->addr.port);
-	if (ctx == NULL)
+	node->reader = redisReaderCreate();
+	if (node->reader == NULL)
 	{
 		node_fail(node, req, "could not allocate a connection");
 		return;
 	}
-	if (ctx->err)
-	{
-		char		msg[128];
-
-		strlcpy(msg, ctx->errstr, sizeof(msg));
-		redisFree(ctx);
-		node_fail(node, req, "could not connect: %s", msg);
-		return;
-	}
 	if (rl_default_create_array == NULL)
 	{
-		rl_reply_functions = *ctx->reader->fn;
+		rl_reply_functions = *node->reader->fn;
 		rl_default_create_array = rl_reply_functions.createArray;
 		rl_reply_functions.createArray = rl_create_array;
 	}
-	ctx->reader->fn = &rl_reply_functions;
-	node->ctx = ctx;
+	node->reader->fn = &rl_reply_functions;
 	node->serial++;
-	node->state = RL_CONN_CONNECTING;
-	node->connect_deadline_us = rl_now_us() + (int64_t) rl_connect_timeout_ms * 1000;
-	node->want_write = true;
+	node->state = RL_CONN_RESOLVING;
+	node->connect_started_us = node->phase_started_us = now;
+	node->connect_deadline_us = now + (int64_t) rl_connect_timeout_ms * 1000;
+	node->naddrs = node->next_addr = 0;
+	node->addr_error[0] = '\0';
 	rl_wes_stale = true;
 
 	if (rl_password != NULL && rl_password[0] != '\0')
@@ -288,6 +277,9 @@ node_connect(RlNode *node, RlRequest *req)
 		const char *argv[3];
 		size_t		argvlen[3];
 		int			argc = 0;
+		char	   *cmd;
+		int			len;
+		bool		ok;
 
 		argv[argc] = "AUTH";
 		argvlen[argc++] = 4;
@@ -298,49 +290,218 @@ node_connect(RlNode *node, RlRequest *req)
 		}
 		argv[argc] = rl_password;
 		argvlen[argc++] = strlen(rl_password);
-		if (redisAppendCommandArgv(ctx, argc, argv, argvlen) != REDIS_OK ||
-			!pipeline_owe(node, RL_TAG_AUTH))
+		len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+		ok = len > 0 && sock_append(node, cmd, len) &&
+			pipeline_owe(node, RL_TAG_AUTH);
+		if (len > 0)
+			redisFreeCommand(cmd);
+		if (!ok)
 		{
 			node_fail(node, req, "could not queue AUTH");
 			return;
 		}
 	}
 	pipeline_send_kept(node);
+
+	resolve_start(node);
+	if (node->resolve_done)
+		node_resolved(node, req);
+}
+
+/*
+ * Connect to the next address of the node; when none is left, the node
+ * failed with the last address's error.
+ */
+static void
+node_connect_next(RlNode *node, RlRequest *req)
+{
+	while (node->next_addr < node->naddrs)
+	{
+		int			i = node->next_addr++;
+
+		if (sock_open(node, (struct sockaddr *) &node->addrs[i],
+					  node->addrlens[i], node->addr_error,
+					  sizeof(node->addr_error)))
+		{
+			node->state = RL_CONN_CONNECTING;
+			node->phase_started_us = rl_now_us();
+			return;
+		}
+	}
+	if (node->naddrs > 1)
+		node_fail(node, req, "could not connect: %s (%d addresses tried)",
+				  node->addr_error, node->naddrs);
+	else
+		node_fail(node, req, "could not connect: %s", node->addr_error);
+}
+
+/* The lookup of the node's addresses ended: connect, or fail. */
+void
+node_resolved(RlNode *node, RlRequest *req)
+{
+	node->resolve_done = false;
+	node->resolve_seq = 0;
+	if (node->naddrs == 0)
+	{
+		node_fail(node, req, "could not resolve host name \"%s\": %s",
+				  node->addr.host, node->addr_error);
+		return;
+	}
+	node_connect_next(node, req);
+}
+
+/* Connected (and through the TLS handshake, if any): start talking. */
+static void
+node_ready(RlNode *node, RlRequest *req)
+{
+	node->state = RL_CONN_READY;
+	node->asked_at_us = node->last_progress_us = rl_now_us();
+	pipeline_write(node, req);
+}
+
+/* Take the TLS handshake as far as it goes now. */
+static void
+node_handshake(RlNode *node, RlRequest *req)
+{
+	char		why[192];
+
+	switch (tls_handshake(node, why, sizeof(why)))
+	{
+		case 1:
+			node_ready(node, req);
+			break;
+		case 0:
+			break;				/* wait for node->tls_events */
+		default:
+			node_fail(node, req, "%s", why);
+			break;
+	}
 }
 
 /* A connect in progress became writable: did it succeed? */
-void
+static void
 node_connect_done(RlNode *node, RlRequest *req)
 {
 	int			err = 0;
 	int			one = 1;
 	socklen_t	len = sizeof(err);
 
-	if (getsockopt(node->ctx->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+	if (getsockopt(node->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
 		err = errno;
+	if (err == EINPROGRESS || err == EALREADY)
+		return;
 	if (err != 0)
 	{
-		node_fail(node, req, "could not connect: %s", strerror(err));
+		/* try the node's next address, if it has one */
+		snprintf(node->addr_error, sizeof(node->addr_error), "%s", strerror(err));
+		sock_close(node);
+		node_connect_next(node, req);
 		return;
 	}
 	/* small requests, answered at once: never wait for Nagle */
-	(void) setsockopt(node->ctx->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	(void) setsockopt(node->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	/* a connection that only listens (pub/sub) must notice a dead peer too */
-	(void) setsockopt(node->ctx->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	(void) setsockopt(node->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 #ifdef TCP_KEEPIDLE
 	{
 		int			idle = 10,
 					intvl = 5,
 					cnt = 3;
 
-		(void) setsockopt(node->ctx->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-		(void) setsockopt(node->ctx->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-		(void) setsockopt(node->ctx->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+		(void) setsockopt(node->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+		(void) setsockopt(node->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+		(void) setsockopt(node->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 	}
 #endif
-	node->state = RL_CONN_READY;
-	node->asked_at_us = node->last_progress_us = rl_now_us();
-	pipeline_write(node, req);
+	if (rl_tls_mode != RL_TLS_DISABLE)
+	{
+		char		why[160];
+
+		if (!tls_begin(node, why, sizeof(why)))
+		{
+			node_fail(node, req, "%s", why);
+			return;
+		}
+		node->state = RL_CONN_HANDSHAKE;
+		node->phase_started_us = rl_now_us();
+		node_handshake(node, req);
+		return;
+	}
+	node_ready(node, req);
+}
+
+/* The socket events the node waits for now (RL_EV_*). */
+int
+node_wanted_events(const RlNode *node)
+{
+	switch (node->state)
+	{
+		case RL_CONN_NONE:
+		case RL_CONN_RESOLVING:
+			return 0;
+		case RL_CONN_CONNECTING:
+			return RL_EV_WRITE;
+		case RL_CONN_HANDSHAKE:
+			return node->tls_events;
+		case RL_CONN_READY:
+			return RL_EV_READ | (node->want_write ? RL_EV_WRITE : 0) |
+				node->tls_events;
+	}
+	return 0;
+}
+
+/* The node's socket is ready: move its connection along. */
+void
+node_event(RlNode *node, RlRequest *req, bool readable, bool writable)
+{
+	if (node->fd < 0)
+		return;					/* closed meanwhile */
+	switch (node->state)
+	{
+		case RL_CONN_NONE:
+		case RL_CONN_RESOLVING:
+			break;
+		case RL_CONN_CONNECTING:
+			if (writable)
+				node_connect_done(node, req);
+			break;
+		case RL_CONN_HANDSHAKE:
+			node_handshake(node, req);
+			break;
+		case RL_CONN_READY:
+			if (node->want_write && (writable || node->ssl != NULL))
+				pipeline_write(node, req);
+			if (node->state == RL_CONN_READY &&
+				(readable || sock_has_buffered_input(node)))
+				pipeline_read(node, req);
+			break;
+	}
+}
+
+/*
+ * What a node whose connect ran out of time was doing, for the message
+ * (NULL: it is not connecting).
+ */
+const char *
+node_phase_timeout(RlNode *node, char *buf, size_t len)
+{
+	int			ms = (int) ((rl_now_us() - node->connect_started_us) / 1000);
+
+	switch (node->state)
+	{
+		case RL_CONN_RESOLVING:
+			snprintf(buf, len, "could not resolve host name \"%s\": no answer after %d ms",
+					 node->addr.host, ms);
+			return buf;
+		case RL_CONN_CONNECTING:
+			snprintf(buf, len, "connect timed out after %d ms", rl_connect_timeout_ms);
+			return buf;
+		case RL_CONN_HANDSHAKE:
+			snprintf(buf, len, "TLS handshake timed out after %d ms", ms);
+			return buf;
+		default:
+			return NULL;
+	}
 }
 
 /*

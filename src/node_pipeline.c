@@ -15,8 +15,8 @@
  * or the node cannot be reached at all, the command is kept and sent ahead
  * of everything else on the next connection, so a node that was briefly
  * away does not hold a lock until its TTL.  The oldest is dropped when too
- * many pile up.  Kept commands live in malloc'd memory, like hiredis's own
- * buffers: nothing here allocates with palloc on the no-throw paths.
+ * many pile up.  Kept commands live in malloc'd memory, like the output
+ * buffer: nothing here allocates with palloc on the no-throw paths.
  *
  *-------------------------------------------------------------------------
  */
@@ -145,10 +145,11 @@ pipeline_send_kept(RlNode *node)
 		int			len = node->kept_len[i];
 		int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
 
-		if (node->ctx != NULL &&
-			redisAppendFormattedCommand(node->ctx, cmd, len) == REDIS_OK &&
-			pipeline_owe(node, RL_TAG_DISCARD))
+		if (node->state != RL_CONN_NONE &&
+			node->owed_count < RL_MAX_OWED &&
+			sock_append(node, cmd, len))
 		{
+			(void) pipeline_owe(node, RL_TAG_DISCARD);
 			/* still must be delivered: kept with its slot until answered */
 			node->owed_cmd[slot] = cmd;
 			node->owed_cmd_len[slot] = len;
@@ -175,26 +176,30 @@ pipeline_queue(RlNode *node, const RlRequest *req, uint64_t tag)
 	int			len;
 	int			slot;
 
-	if (req->no_reply)
-		return redisAppendCommandArgv(node->ctx, req->argc, req->argv,
-									  req->argvlen) == REDIS_OK;
-	if (!req->must_deliver)
-		return redisAppendCommandArgv(node->ctx, req->argc, req->argv,
-									  req->argvlen) == REDIS_OK &&
-			pipeline_owe(node, tag);
-
 	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
 	if (len <= 0)
 		return false;
+	if (req->no_reply)
+	{
+		bool		ok = sock_append(node, cmd, len);
+
+		redisFreeCommand(cmd);
+		return ok;
+	}
 	slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
-	if (redisAppendFormattedCommand(node->ctx, cmd, len) != REDIS_OK ||
-		!pipeline_owe(node, tag))
+	if (node->owed_count >= RL_MAX_OWED || !sock_append(node, cmd, len))
 	{
 		redisFreeCommand(cmd);
 		return false;
 	}
-	node->owed_cmd[slot] = cmd;
-	node->owed_cmd_len[slot] = len;
+	(void) pipeline_owe(node, tag);
+	if (req->must_deliver)
+	{
+		node->owed_cmd[slot] = cmd;
+		node->owed_cmd_len[slot] = len;
+	}
+	else
+		redisFreeCommand(cmd);
 	return true;
 }
 
@@ -301,13 +306,13 @@ void
 pipeline_read(RlNode *node, RlRequest *req)
 {
 	int			idx = node - rl_nodes;
+	char		err[160];
 
-	if (redisBufferRead(node->ctx) != REDIS_OK)
+	if (sock_read(node, err, sizeof(err)) != 0)
 	{
-		char		what[160];
+		char		what[180];
 
-		snprintf(what, sizeof(what), "connection lost: %s",
-				 node->ctx->errstr[0] ? node->ctx->errstr : "closed by the server");
+		snprintf(what, sizeof(what), "connection lost: %s", err);
 		node_lost(node, req, what);
 		return;
 	}
@@ -318,12 +323,12 @@ pipeline_read(RlNode *node, RlRequest *req)
 		redisReply *reply;
 		uint64_t	tag;
 
-		if (redisReaderGetReply(node->ctx->reader, &r) != REDIS_OK)
+		if (redisReaderGetReply(node->reader, &r) != REDIS_OK)
 		{
 			const char *refused = node_reply_refusal();
 
 			node_fail(node, req, "protocol error: %s",
-					  refused ? refused : node->ctx->reader->errstr);
+					  refused ? refused : node->reader->errstr);
 			mark_protocol_error(req, idx);
 			return;
 		}
@@ -389,19 +394,17 @@ pipeline_read(RlNode *node, RlRequest *req)
 	}
 }
 
-/* Write what hiredis holds for the node, as far as the socket takes it. */
+/* Write what is queued for the node, as far as the socket takes it. */
 void
 pipeline_write(RlNode *node, RlRequest *req)
 {
-	int			done = 0;
+	char		err[160];
 
-	if (redisBufferWrite(node->ctx, &done) != REDIS_OK)
+	if (sock_write(node, err, sizeof(err)) < 0)
 	{
-		char		what[160];
+		char		what[180];
 
-		snprintf(what, sizeof(what), "could not send: %s", node->ctx->errstr);
+		snprintf(what, sizeof(what), "could not send: %s", err);
 		node_lost(node, req, what);
-		return;
 	}
-	node->want_write = !done;
 }

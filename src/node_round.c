@@ -10,12 +10,8 @@
  * connect in progress, connect_timeout); a request may also carry a
  * deadline for the whole round.
  *
- * Ordinary rounds wait in a WaitEventSet that also wakes on the latch
- * (query cancel, statement_timeout) and on postmaster death.  No-throw
- * rounds (commit, abort, exit) must not raise at all, and building a wait
- * event set can (epoll or memory failures), so they wait with poll(2) on
- * the sockets alone: interrupts are held there anyway, and their deadline
- * bounds them.
+ * How the waiting is done, in a WaitEventSet or with poll(2), is in
+ * node_wait.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,19 +25,6 @@
 #include "utils/memutils.h"
 
 #include "node_internal.h"
-#include "wait_events.h"
-
-/* One socket that is ready, whichever way we waited. */
-typedef struct RlReady
-{
-	RlNode	   *node;
-	bool		readable;
-	bool		writable;
-} RlReady;
-
-static WaitEventSet *rl_wes = NULL;
-bool		rl_wes_stale = true;
-static bool rl_latch_fired = false;	/* the latch was set during a round */
 
 /*
  * How long a connection may owe replies without producing one before it is
@@ -64,11 +47,14 @@ silence_limit_us(void)
 static void
 nodes_housekeeping(void)
 {
-	int64_t		now = rl_now_us();
+	int64_t		now;
 
+	wait_pump_resolver(NULL);
+	now = rl_now_us();
 	for (int i = 0; i < rl_nnodes; i++)
 	{
 		RlNode	   *node = &rl_nodes[i];
+		char		why[192];
 
 		if (node->state == RL_CONN_READY && node->owed_count > 0)
 			pipeline_read(node, NULL);
@@ -76,10 +62,8 @@ nodes_housekeeping(void)
 			now - node->last_progress_us > silence_limit_us())
 			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
 					  (int) ((now - node->last_progress_us) / 1000));
-		else if (node->state == RL_CONN_CONNECTING &&
-				 now > node->connect_deadline_us)
-			node_fail(node, NULL, "connect timed out after %d ms",
-					  rl_connect_timeout_ms);
+		else if (node_connecting(node) && now > node->connect_deadline_us)
+			node_fail(node, NULL, "%s", node_phase_timeout(node, why, sizeof(why)));
 	}
 }
 
@@ -191,159 +175,6 @@ round_finished(RlRequest *req)
 	return true;
 }
 
-/* Make the wait event set match the open sockets. */
-static void
-wes_rebuild(void)
-{
-	if (rl_wes != NULL)
-		FreeWaitEventSet(rl_wes);
-	rl_wes = NULL;
-
-#if PG_VERSION_NUM >= 170000
-	rl_wes = CreateWaitEventSet(NULL, RL_MAX_NODES + 2);
-#else
-	rl_wes = CreateWaitEventSet(TopMemoryContext, RL_MAX_NODES + 2);
-#endif
-	AddWaitEventToSet(rl_wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	if (IsUnderPostmaster)
-		AddWaitEventToSet(rl_wes, WL_POSTMASTER_DEATH, PGINVALID_SOCKET,
-						  NULL, NULL);
-	for (int i = 0; i < rl_nnodes; i++)
-	{
-		RlNode	   *node = &rl_nodes[i];
-
-		node->wes_pos = -1;
-		if (node->ctx == NULL)
-			continue;
-		node->wes_events = WL_SOCKET_WRITEABLE;
-		node->wes_pos = AddWaitEventToSet(rl_wes, node->wes_events,
-										  node->ctx->fd, NULL, node);
-	}
-	rl_wes_stale = false;
-}
-
-/* The socket events a node waits for now (as poll(2) events). */
-static short
-node_poll_events(const RlNode *node)
-{
-	if (node->state == RL_CONN_CONNECTING)
-		return POLLOUT;
-	return POLLIN | (node->want_write ? POLLOUT : 0);
-}
-
-/* Wait in the wait event set: wakes on cancel and postmaster death too. */
-static int
-wait_in_event_set(long timeout_ms, RlReady *ready)
-{
-	WaitEvent	events[RL_MAX_NODES + 2];
-	int			nevents;
-	int			n = 0;
-
-	if (rl_wes_stale || rl_wes == NULL)
-		wes_rebuild();
-	for (int i = 0; i < rl_nnodes; i++)
-	{
-		RlNode	   *node = &rl_nodes[i];
-		short		want = node_poll_events(node);
-		uint32		events_now;
-
-		if (node->wes_pos < 0)
-			continue;
-		events_now = ((want & POLLIN) ? WL_SOCKET_READABLE : 0) |
-			((want & POLLOUT) ? WL_SOCKET_WRITEABLE : 0);
-		if (events_now != node->wes_events)
-		{
-			ModifyWaitEvent(rl_wes, node->wes_pos, events_now, NULL);
-			node->wes_events = events_now;
-		}
-	}
-
-	nevents = WaitEventSetWait(rl_wes, timeout_ms, events, lengthof(events),
-							   rl_wait_event_nodes());
-	for (int e = 0; e < nevents; e++)
-	{
-		WaitEvent  *ev = &events[e];
-		RlNode	   *node = (RlNode *) ev->user_data;
-
-		if (ev->events & WL_LATCH_SET)
-		{
-			ResetLatch(MyLatch);
-			rl_latch_fired = true;
-			CHECK_FOR_INTERRUPTS();
-			continue;
-		}
-		if (ev->events & WL_POSTMASTER_DEATH)
-			ereport(FATAL,
-					(errcode(ERRCODE_ADMIN_SHUTDOWN),
-					 errmsg("terminating connection due to unexpected postmaster exit")));
-		if (node == NULL || node->wes_pos != ev->pos)
-			continue;
-		ready[n].node = node;
-		ready[n].readable = (ev->events & WL_SOCKET_READABLE) != 0;
-		ready[n].writable = (ev->events & WL_SOCKET_WRITEABLE) != 0;
-		n++;
-	}
-	return n;
-}
-
-/* Wait with poll(2): raises nothing, allocates nothing. */
-static int
-wait_in_poll(long timeout_ms, RlReady *ready)
-{
-	struct pollfd pfds[RL_MAX_NODES];
-	RlNode	   *who[RL_MAX_NODES];
-	int			npfds = 0;
-	int			n = 0;
-
-	for (int i = 0; i < rl_nnodes; i++)
-	{
-		RlNode	   *node = &rl_nodes[i];
-
-		if (node->ctx == NULL)
-			continue;
-		pfds[npfds].fd = node->ctx->fd;
-		pfds[npfds].events = node_poll_events(node);
-		pfds[npfds].revents = 0;
-		who[npfds++] = node;
-	}
-	if (poll(pfds, npfds, (int) timeout_ms) <= 0)
-		return 0;				/* timeout, EINTR or error: the caller's
-								 * deadlines decide what happens next */
-	for (int i = 0; i < npfds; i++)
-	{
-		short		r = pfds[i].revents;
-
-		if (r == 0)
-			continue;
-		ready[n].node = who[i];
-		ready[n].readable = (r & (POLLIN | POLLHUP | POLLERR)) != 0;
-		ready[n].writable = (r & (POLLOUT | POLLERR | POLLHUP)) != 0;
-		n++;
-	}
-	return n;
-}
-
-/* Connect, write and read on the sockets that are ready. */
-static void
-serve_ready(RlReady *ready, int nready, RlRequest *req)
-{
-	for (int e = 0; e < nready; e++)
-	{
-		RlNode	   *node = ready[e].node;
-
-		if (node->ctx == NULL)
-			continue;			/* its socket was closed in this batch */
-		if (node->state == RL_CONN_CONNECTING)
-		{
-			node_connect_done(node, req);
-			continue;
-		}
-		if (ready[e].writable && node->want_write)
-			pipeline_write(node, req);
-		if (node->ctx != NULL && ready[e].readable)
-			pipeline_read(node, req);
-	}
-}
 
 /* When node i's pending answer in this round is due. */
 static int64_t
@@ -351,7 +182,7 @@ node_deadline(RlNode *node)
 {
 	int64_t		since;
 
-	if (node->state == RL_CONN_CONNECTING)
+	if (node_connecting(node))
 		return node->connect_deadline_us;
 	since = Min(node->last_progress_us, node->asked_at_us);
 	return since + (int64_t) rl_node_timeout_ms * 1000;
@@ -362,11 +193,11 @@ static void
 node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 {
 	RlNodeResult *res = &req->results[node - rl_nodes];
+	char		why[192];
 
-	if (node->state == RL_CONN_CONNECTING && !round_deadline)
+	if (node_connecting(node) && !round_deadline)
 	{
-		node_fail(node, req, "connect timed out after %d ms",
-				  rl_connect_timeout_ms);
+		node_fail(node, req, "%s", node_phase_timeout(node, why, sizeof(why)));
 		return;
 	}
 	res->vote = RL_VOTE_FAILED;
@@ -384,10 +215,11 @@ node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 				 rl_node_timeout_ms);
 }
 
+
 static void
 round_wait(RlRequest *req)
 {
-	RlReady		ready[RL_MAX_NODES];
+	RlReady		ready[RL_MAX_READY];
 	bool		polled = false;
 
 	for (;;)
@@ -442,12 +274,14 @@ round_wait(RlRequest *req)
 		polled = overdue;
 
 		timeout_ms = overdue ? 0 : (long) ((next_deadline - now + 999) / 1000);
+		timeout_ms = resolve_timeout_ms(timeout_ms);
+		if (wait_any_buffered_input())
+			timeout_ms = 0;
 		if (req->nothrow)
 			nready = wait_in_poll(timeout_ms, ready);
 		else
 			nready = wait_in_event_set(timeout_ms, ready);
-
-		serve_ready(ready, nready, req);
+		wait_handle_ready(req, ready, nready);
 	}
 }
 
@@ -460,19 +294,23 @@ round_wait(RlRequest *req)
 static void
 nodes_flush(void)
 {
+	wait_pump_resolver(NULL);
 	for (int i = 0; i < rl_nnodes; i++)
 	{
 		RlNode	   *node = &rl_nodes[i];
 
-		if (node->state == RL_CONN_CONNECTING)
+		if (node->state == RL_CONN_CONNECTING ||
+			node->state == RL_CONN_HANDSHAKE)
 		{
 			struct pollfd pfd;
 
-			pfd.fd = node->ctx->fd;
-			pfd.events = POLLOUT;
+			pfd.fd = node->fd;
+			pfd.events = node_poll_events(node);
 			pfd.revents = 0;
 			if (poll(&pfd, 1, 0) == 1)
-				node_connect_done(node, NULL);
+				node_event(node, NULL,
+						   (pfd.revents & (POLLIN | POLLERR | POLLHUP)) != 0,
+						   (pfd.revents & (POLLOUT | POLLERR | POLLHUP)) != 0);
 		}
 		else if (node->state == RL_CONN_READY && node->want_write)
 			pipeline_write(node, NULL);
@@ -521,7 +359,7 @@ rl_nodes_run(RlRequest *req)
 void
 rl_nodes_drain(int64_t deadline_us)
 {
-	RlReady		ready[RL_MAX_NODES];
+	RlReady		ready[RL_MAX_READY];
 
 	for (;;)
 	{
@@ -533,7 +371,7 @@ rl_nodes_drain(int64_t deadline_us)
 		{
 			RlNode	   *node = &rl_nodes[i];
 
-			if (node->state == RL_CONN_CONNECTING ||
+			if (node_connecting(node) ||
 				(node->state == RL_CONN_READY &&
 				 (node->owed_count > 0 || node->want_write)))
 				busy = true;
@@ -541,8 +379,9 @@ rl_nodes_drain(int64_t deadline_us)
 		if (!busy || now >= deadline_us)
 			return;
 
-		nready = wait_in_poll((long) ((deadline_us - now + 999) / 1000), ready);
-		serve_ready(ready, nready, NULL);
+		nready = wait_in_poll(resolve_timeout_ms((long) ((deadline_us - now + 999) / 1000)),
+							  ready);
+		wait_handle_ready(NULL, ready, nready);
 	}
 }
 
@@ -554,12 +393,15 @@ rl_nodes_drain(int64_t deadline_us)
 void
 rl_nodes_wait_pushes(long timeout_ms)
 {
-	RlReady		ready[RL_MAX_NODES];
+	RlReady		ready[RL_MAX_READY];
 	int			nready;
 
+	timeout_ms = resolve_timeout_ms(timeout_ms);
+	if (wait_any_buffered_input())
+		timeout_ms = 0;
 	nready = wait_in_event_set(timeout_ms, ready);
 	rl_latch_fired = false;		/* the caller is the one woken */
-	serve_ready(ready, nready, NULL);
+	wait_handle_ready(NULL, ready, nready);
 }
 
 /*

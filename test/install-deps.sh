@@ -9,8 +9,8 @@
 # On a system without dpkg it installs nothing and only checks the commands.
 set -euo pipefail
 
-pkgs=(build-essential libhiredis-dev redis-server redis-tools libipc-run-perl
-      procps util-linux sudo)
+pkgs=(build-essential libhiredis-dev libc-ares-dev libssl-dev redis-server
+      redis-tools libipc-run-perl procps util-linux sudo)
 if [ "${1:-}" != --without-postgresql ]; then
 	pkgs+=(postgresql-15 postgresql-server-dev-15 postgresql-common)
 fi

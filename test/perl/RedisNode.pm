@@ -1,5 +1,9 @@
 # A real redis-server on loopback for process-level tests: start, kill,
 # pause (SIGSTOP), resume, restart with or without its data.
+#
+# With tls => { cert => ..., key => ..., ca => ..., auth_clients => 'yes',
+# client_cert => ..., client_key => ... } the node listens for TLS only
+# (--port 0 --tls-port PORT), and redis-cli talks to it over TLS.
 package RedisNode;
 
 use strict;
@@ -19,6 +23,8 @@ sub new
 		port => $args{port} // PostgreSQL::Test::Cluster::get_free_port(),
 		dir => $args{dir} // PostgreSQL::Test::Utils::tempdir('redis'),
 		args => $args{args} // [],
+		tls => $args{tls},
+		host => $args{host} // '127.0.0.1',
 		pid => undef,
 	};
 	bless $self, $class;
@@ -42,7 +48,15 @@ sub new
 }
 
 sub port { return $_[0]->{port}; }
-sub addr { return "127.0.0.1:$_[0]->{port}"; }
+sub host { return $_[0]->{host}; }
+
+sub addr
+{
+	my ($self) = @_;
+	return $self->{host} =~ /:/
+	  ? "[$self->{host}]:$self->{port}"
+	  : "$self->{host}:$self->{port}";
+}
 
 sub start
 {
@@ -56,7 +70,15 @@ sub start
 		usleep(25_000);
 	}
 	die "port $self->{port} is still in use" if $self->ping;
-	system('redis-server', '--port', $self->{port}, '--bind', '127.0.0.1',
+	my @listen = ('--port', $self->{port});
+	if (my $t = $self->{tls})
+	{
+		@listen = ('--port', 0, '--tls-port', $self->{port},
+			'--tls-cert-file', $t->{cert}, '--tls-key-file', $t->{key},
+			'--tls-ca-cert-file', $t->{ca},
+			'--tls-auth-clients', $t->{auth_clients} // 'no');
+	}
+	system('redis-server', @listen, '--bind', $self->{host},
 		'--dir', $self->{dir}, '--save', '', '--appendonly', 'no',
 		'--daemonize', 'yes', '--pidfile', $pidfile,
 		'--logfile', "$self->{dir}/redis.log", @{ $self->{args} }) == 0
@@ -79,10 +101,21 @@ sub start
 	return $self;
 }
 
+# redis-cli's options to reach the node
+sub cli_opts
+{
+	my ($self) = @_;
+	my $t = $self->{tls} or return "-h $self->{host} -p $self->{port}";
+	my $o = "--tls --insecure -h $self->{host} -p $self->{port}";
+	$o .= " --cert '$t->{client_cert}' --key '$t->{client_key}'" if $t->{client_cert};
+	return $o;
+}
+
 sub ping
 {
 	my ($self) = @_;
-	my $out = `redis-cli -p $self->{port} ping 2>/dev/null`;
+	my $opts = $self->cli_opts;
+	my $out = `redis-cli $opts ping 2>/dev/null`;
 	return defined $out && $out =~ /PONG|NOAUTH/;    # NOAUTH: up, wants a password
 }
 
@@ -91,7 +124,8 @@ sub cli
 {
 	my ($self, @cmd) = @_;
 	my @quoted = map { my $a = $_; $a =~ s/'/'\\''/g; "'$a'" } @cmd;
-	my $out = `redis-cli -p $self->{port} @quoted 2>&1`;
+	my $opts = $self->cli_opts;
+	my $out = `redis-cli $opts @quoted 2>&1`;
 	chomp $out;
 	return $out;
 }

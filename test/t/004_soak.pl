@@ -12,7 +12,9 @@
 #
 # Environment: SOAK_SECONDS (fenced phase, default 40), SOAK_CONTROL_SECONDS
 # (default: as long as the fenced phase, at most 300), SOAK_SESSIONS (8),
-# SOAK_ROWS (4), SOAK_SEED (default 20240601; printed, for replay).
+# SOAK_ROWS (4), SOAK_SEED (default 20240601; printed, for replay),
+# SOAK_TLS=1 (the nodes speak TLS only, and the backends connect with
+# redlock.tls_mode = verify-full).
 use strict;
 use warnings FATAL => 'all';
 
@@ -23,6 +25,7 @@ use PostgreSQL::Test::Utils;
 use RedisNode;
 use SoakSQL;
 use Test::More;
+use TlsFiles;
 use Time::HiRes qw(time usleep);
 
 my $seconds = $ENV{SOAK_SECONDS} // 40;
@@ -41,13 +44,22 @@ my $single_bound_ms = 2 * $connect_timeout_ms + 3 * $node_timeout_ms + 1500;
 
 note "soak: seed $seed, $sessions sessions, $rows rows, fenced ${seconds}s, control ${control_seconds}s";
 
+my $tls = $ENV{SOAK_TLS} ? TlsFiles->new : undef;
+my $tls_conf = $tls
+  ? "redlock.tls_mode = 'verify-full'\nredlock.tls_ca_file = '${\ $tls->file('ca.crt') }'\n"
+  : '';
+note 'soak over TLS (verify-full)' if $tls;
+
 # three nodes with AOF (appendfsync everysec), two without persistence
 my @redis;
 for my $i (0 .. 4)
 {
 	my @args = ('--enable-debug-command', 'yes');
 	push @args, '--appendonly', 'yes', '--appendfsync', 'everysec' if $i < 3;
-	push @redis, RedisNode->new(args => \@args);
+	my %t;
+	%t = (tls => { cert => $tls->file('server.crt'), key => $tls->file('server.key'),
+		ca => $tls->file('ca.crt') }) if $tls;
+	push @redis, RedisNode->new(args => \@args, %t);
 }
 my $nodes = join(',', map { $_->addr } @redis);
 
@@ -60,7 +72,7 @@ redlock.connect_timeout = $connect_timeout_ms
 redlock.retry_delay = 30
 redlock.retry_jitter = 30
 max_connections = 60
-log_min_messages = warning
+${tls_conf}log_min_messages = warning
 log_line_prefix = '%m [%p] %a '
 EOC
 $pg->start;
@@ -194,7 +206,7 @@ sub nemesis
 		elsif ($kind eq 'debug_sleep')
 		{
 			push @actions, [ $at, sub {
-				system("redis-cli -p $node->{port} DEBUG SLEEP 0.2 >/dev/null 2>&1 &");
+				system("redis-cli ${\ $node->cli_opts } DEBUG SLEEP 0.2 >/dev/null 2>&1 &");
 				$count{'DEBUG SLEEP 0.2'}++ } ];
 		}
 		elsif ($kind eq 'terminate_holder')
