@@ -153,6 +153,19 @@ counter_key(char *buf, const char *resource)
 					RL_COUNTER_KEY_SUFFIX, hash % RL_COUNTER_STRIPES);
 }
 
+/* argv[0..2] of a script call: EVAL, the script, the number of keys */
+static void
+eval_header(const char **argv, size_t *argvlen, const char *script,
+			size_t scriptlen, const char *numkeys)
+{
+	argv[0] = "EVAL";
+	argvlen[0] = 4;
+	argv[1] = script;
+	argvlen[1] = scriptlen;
+	argv[2] = numkeys;
+	argvlen[2] = strlen(numkeys);
+}
+
 static void
 request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
 			 int argc, const char **argv, const size_t *argvlen)
@@ -191,12 +204,8 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 	char		numkeys[16];
 
 	Assert(nitems > 0 && nitems <= RL_RELEASE_CHUNK);
-	argv[0] = "EVAL";
-	argvlen[0] = 4;
-	argv[1] = RELEASE_SCRIPT;
-	argvlen[1] = sizeof(RELEASE_SCRIPT) - 1;
-	argv[2] = numkeys;
-	argvlen[2] = snprintf(numkeys, sizeof(numkeys), "%d", nitems);
+	snprintf(numkeys, sizeof(numkeys), "%d", nitems);
+	eval_header(argv, argvlen, RELEASE_SCRIPT, sizeof(RELEASE_SCRIPT) - 1, numkeys);
 	for (int i = 0; i < nitems; i++)
 	{
 		argv[3 + i] = items[i].key;
@@ -251,12 +260,7 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	new_owner(grant->owner);
 	proposal = rl_propose_token(wall_clock_us(), rl_last_token);
 
-	argv[0] = "EVAL";
-	argvlen[0] = 4;
-	argv[1] = ACQUIRE_SCRIPT;
-	argvlen[1] = sizeof(ACQUIRE_SCRIPT) - 1;
-	argv[2] = "2";
-	argvlen[2] = 1;
+	eval_header(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1, "2");
 	argv[3] = key;
 	argvlen[3] = keylen;
 	argv[4] = ckey;
@@ -370,12 +374,7 @@ rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
 	size_t		argvlen[6];
 	char		ttl_buf[16];
 
-	argv[0] = "EVAL";
-	argvlen[0] = 4;
-	argv[1] = EXTEND_SCRIPT;
-	argvlen[1] = sizeof(EXTEND_SCRIPT) - 1;
-	argv[2] = "1";
-	argvlen[2] = 1;
+	eval_header(argv, argvlen, EXTEND_SCRIPT, sizeof(EXTEND_SCRIPT) - 1, "1");
 	argv[3] = key;
 	argvlen[3] = keylen;
 	argv[4] = owner;
@@ -401,12 +400,7 @@ rl_proto_holder(const char *key, int keylen, RlRequest *req)
 	const char *argv[4];
 	size_t		argvlen[4];
 
-	argv[0] = "EVAL";
-	argvlen[0] = 4;
-	argv[1] = HOLDER_SCRIPT;
-	argvlen[1] = sizeof(HOLDER_SCRIPT) - 1;
-	argv[2] = "1";
-	argvlen[2] = 1;
+	eval_header(argv, argvlen, HOLDER_SCRIPT, sizeof(HOLDER_SCRIPT) - 1, "1");
 	argv[3] = key;
 	argvlen[3] = keylen;
 	request_init(req, RL_REPLY_STATUS, RL_GOAL_ALL, 4, argv, argvlen);
