@@ -178,7 +178,7 @@ wait_turn(const char *resource, const char *key, int64_t started_us, int wait_ms
 				describe_nodes(&detail, last);
 			}
 			else
-				appendStringInfoString(&detail, "Other sessions of this server were waiting for it first.");
+				appendStringInfoString(&detail, "Another session of this server holds it, or waits for it first.");
 			rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
 			rl_stats_acquire_latency(now - started_us);
 			ereport(ERROR,
@@ -313,8 +313,13 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 		RlAttempt	r;
 
 
-		/* first come, first served among the waiters of this server */
-		if (!try_only && !rl_lock_table_first_waiter(slot))
+		/*
+		 * First come, first served among the waiters of this server; and
+		 * while a backend of this server holds the lease, asking the nodes
+		 * would only be refused: wait for its release (or expiry) instead.
+		 */
+		if (!try_only && (!rl_lock_table_first_waiter(slot) ||
+						  rl_lock_table_holder_expiry(key) > rl_now_us()))
 		{
 			announce_waiting(slot, &announced);
 			wait_turn(resource, key, started_us, wait_ms, asked ? &req : NULL);
