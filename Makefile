@@ -18,7 +18,10 @@ OBJS = \
 	src/registry.o \
 	src/lifecycle.o \
 	src/lease_sql.o \
+	src/lease_wait.o \
+	src/handoff.o \
 	src/lock_table.o \
+	src/locks_view.o \
 	src/wait_events.o \
 	src/worker.o \
 	src/stats.o \

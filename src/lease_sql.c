@@ -8,22 +8,20 @@
  */
 #include "postgres.h"
 
-#include "common/pg_prng.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
 #include "lease_sql.h"
+#include "lease_wait.h"
 #include "lifecycle.h"
 #include "lock_table.h"
 #include "registry.h"
-#include "wait_events.h"
 #include "stats.h"
 
 /* ---------- argument checks ---------- */
@@ -75,8 +73,8 @@ ttl_arg(FunctionCallInfo fcinfo, int argno)
 /* ---------- error reports ---------- */
 
 /* Append "node: outcome" lines for errdetail. */
-static void
-describe_nodes(StringInfo buf, const RlRequest *req)
+void
+rl_describe_nodes(StringInfo buf, const RlRequest *req)
 {
 	for (int i = 0; i < req->nnodes; i++)
 	{
@@ -104,7 +102,7 @@ report_unavailable(const char *resource, const RlRequest *req, bool extending)
 	StringInfoData nodes;
 
 	initStringInfo(&nodes);
-	describe_nodes(&nodes, req);
+	rl_describe_nodes(&nodes, req);
 
 	if (any_protocol_error(req))
 	{
@@ -135,82 +133,7 @@ report_unavailable(const char *resource, const RlRequest *req, bool extending)
 			 errhint("Check that the nodes in redlock.nodes are running and reachable.")));
 }
 
-/*
- * Wait for our turn to ask the nodes again.  With the lock table, a holder
- * on this server that releases the resource (or a waiter ahead of us that
- * gives up) sets our latch; we also wake at a local holder's expiry and,
- * as a backstop for holders on other servers, after redlock.retry_delay
- * plus jitter.  Stops with 55P03 at lock_timeout or the call's wait_ms.
- */
-static void
-wait_turn(const char *resource, const char *key, int64_t started_us, int wait_ms,
-		  const RlRequest *last)
-{
-	long		delay_ms = rl_retry_delay_ms;
-	int64_t		now = rl_now_us();
-	int64_t		expiry = rl_lock_table_holder_expiry(key);
-	int			limit_ms = -1;
-
-	if (rl_retry_jitter_ms > 0)
-		delay_ms += (long) pg_prng_uint64_range(&pg_global_prng_state, 0,
-												rl_retry_jitter_ms);
-	if (expiry > now)
-		delay_ms = Min(delay_ms, (expiry - now) / 1000 + 1);
-	else if (expiry > 0 && now - expiry < 1000000)
-		delay_ms = Min(delay_ms, 20);	/* it should be gone any moment */
-
-	if (LockTimeout > 0)
-		limit_ms = LockTimeout;
-	if (wait_ms >= 0 && (limit_ms < 0 || wait_ms < limit_ms))
-		limit_ms = wait_ms;
-	if (limit_ms >= 0)
-	{
-		int64_t		left_ms = limit_ms - (now - started_us) / 1000;
-
-		if (left_ms <= 0)
-		{
-			StringInfoData detail;
-
-			initStringInfo(&detail);
-			if (last != NULL)
-			{
-				appendStringInfoString(&detail, "Last attempt:");
-				describe_nodes(&detail, last);
-			}
-			else
-				appendStringInfoString(&detail, "Another session of this server holds it, or waits for it first.");
-			rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
-			rl_stats_acquire_latency(now - started_us);
-			ereport(ERROR,
-					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 limit_ms == wait_ms ?
-					 errmsg("could not obtain lease on \"%s\" within wait_ms (%d ms)",
-							resource, wait_ms) :
-					 errmsg("could not obtain lease on \"%s\" within lock_timeout (%d ms)",
-							resource, LockTimeout),
-					 errdetail_internal("%s", detail.data)));
-		}
-		delay_ms = Min(delay_ms, left_ms);
-	}
-
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 delay_ms, rl_wait_event_lease());
-	ResetLatch(MyLatch);
-	CHECK_FOR_INTERRUPTS();
-}
-
 /* ---------- acquire ---------- */
-
-/* We wait: the wake-up worker listens for releases on other servers. */
-static void
-announce_waiting(int slot, bool *announced)
-{
-	if (!*announced)
-	{
-		rl_lock_table_waiting(slot);
-		*announced = true;
-	}
-}
 
 static void
 add_hold(RlLease *lease, bool xact)
@@ -266,6 +189,7 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 	RlRequest	req;
 	bool		asked = false;
 	bool		announced = false;
+	RlWaiter	waiter;
 
 	rl_resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
@@ -301,17 +225,23 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 
 		/* from now on it can never count as valid again, holds aside */
 		rl_registry_expired(lease);
-		rl_proto_release(&item, 1, false, false, 0, &req);
+		rl_proto_release(&item, 1, false, false, 0, NULL, &req);
 	}
 
 	keylen = rl_lock_key(key, resource);
 	started_us = rl_now_us();
 	rl_stats_count(RL_STAT_ACQUIRES);
 	slot = rl_registry_begin_acquire(resource, key);
+	waiter.resource = resource;
+	waiter.key = key;
+	waiter.keylen = keylen;
+	waiter.ttl_ms = ttl_ms;
+	waiter.slot = slot;
+	waiter.started_us = started_us;
+	waiter.wait_ms = wait_ms;
 	for (;;)
 	{
 		RlAttempt	r;
-
 
 		/*
 		 * First come, first served among the waiters of this server; and
@@ -321,8 +251,8 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 		if (!try_only && (!rl_lock_table_first_waiter(slot) ||
 						  rl_lock_table_holder_expiry(key) > rl_now_us()))
 		{
-			announce_waiting(slot, &announced);
-			wait_turn(resource, key, started_us, wait_ms, asked ? &req : NULL);
+			if (rl_wait_turn(&waiter, asked ? &req : NULL, &announced, &grant))
+				break;			/* handed over by the releasing holder */
 			continue;
 		}
 
@@ -356,8 +286,8 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 				rl_registry_forget(lease);
 			return -1;
 		}
-		announce_waiting(slot, &announced);
-		wait_turn(resource, key, started_us, wait_ms, &req);
+		if (rl_wait_turn(&waiter, &req, &announced, &grant))
+			break;
 	}
 
 	rl_stats_count(RL_STAT_GRANTS);
@@ -465,7 +395,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 		StringInfoData nodes;
 
 		initStringInfo(&nodes);
-		describe_nodes(&nodes, &req);
+		rl_describe_nodes(&nodes, &req);
 		ereport(WARNING,
 				(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
 				 errmsg("release of lease on \"%s\" was not confirmed by a majority of Redis nodes",
@@ -502,7 +432,7 @@ lease_lost(RlLease *lease, const char *resource, const char *why,
 	appendStringInfo(&detail, "Its fencing token %lld may have been superseded.",
 					 (long long) token);
 	if (extend_req != NULL)
-		describe_nodes(&detail, extend_req);
+		rl_describe_nodes(&detail, extend_req);
 	rl_stats_count(RL_STAT_EXTEND_FAILURES);
 	ereport(LOG,
 			(errmsg("redlock: lease on \"%s\" was lost on extend: %s", resource, why)));

@@ -12,9 +12,10 @@
  *
  * Waiters on this server queue in the order they started waiting: only the
  * first waiter for a resource asks the nodes; when a holder on this server
- * releases the resource, or a waiter ahead gives up, the first remaining
- * waiter's latch is set, so it asks again at once instead of after a
- * polling delay.  Waiters still wake by themselves (at the local holder's
+ * releases the resource it hands the lease straight to the first waiter
+ * asleep with an offer (handoff.c), and otherwise, or when a waiter ahead
+ * gives up, the first remaining waiter's latch is set, so it asks again at
+ * once instead of after a polling delay.  Waiters still wake by themselves (at the local holder's
  * expiry, and after a bounded delay), so a missed wake-up costs latency,
  * never liveness.
  *
@@ -26,7 +27,6 @@
 #include "postgres.h"
 
 #include "fmgr.h"
-#include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/ipc.h"
@@ -36,52 +36,13 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
-#include "utils/tuplestore.h"
 
 #include "guc.h"
 #include "quorum.h"
-#include "lock_table.h"
+#include "lock_table_internal.h"
 
-typedef struct RlSlot
-{
-	bool		in_use;
-	bool		granted;
-	bool		waiting;		/* it has waited (not just a first attempt) */
-	int			pid;
-	int			procno;			/* whose latch to set */
-	Oid			dbid;
-	Oid			userid;
-	uint64		wait_seq;		/* order of arrival, for first come first
-								 * served */
-	TimestampTz waitstart;
-	TimestampTz granted_at;
-	int64		token;
-	int			scopes;			/* RL_SCOPE_* */
-	int64_t		valid_until_us; /* monotonic clock, the same for every
-								 * process on this machine */
-	/* keep-alive: the worker extends the lease while its backend lives */
-	bool		keep_alive;
-	bool		lost;			/* the worker could not extend it */
-	int			ttl_ms;
-	int64_t		next_extend_us; /* when the worker extends it next */
-	int64_t		keep_until_us;	/* no extension after this */
-	char		owner[RL_OWNER_LEN + 1];
-	char		key[RL_KEY_MAX + 1];
-	char		resource[RL_MAX_RESOURCE_LEN + 1];
-} RlSlot;
+RlLockTable *rl_table = NULL;
 
-typedef struct RlLockTable
-{
-	LWLock	   *lock;
-	int			worker_procno[RL_NWORKERS];	/* each worker's, or -1 */
-	uint64		next_seq;
-	int			nslots;
-	RlSlot		slots[FLEXIBLE_ARRAY_MEMBER];
-} RlLockTable;
-
-static RlLockTable *rl_table = NULL;
-
-static int	first_waiter(const char *key, int skip);
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -140,8 +101,8 @@ rl_lock_table_enabled(void)
 	return rl_table != NULL;
 }
 
-static int
-my_procno(void)
+int
+rl_my_procno(void)
 {
 #if PG_VERSION_NUM >= 170000
 	return MyProcNumber;
@@ -150,8 +111,8 @@ my_procno(void)
 #endif
 }
 
-static Latch *
-latch_of(int procno)
+Latch *
+rl_latch_of(int procno)
 {
 #if PG_VERSION_NUM >= 170000
 	return &GetPGProcByNumber(procno)->procLatch;
@@ -167,7 +128,7 @@ rl_lock_table_set_worker(RlWorkerRole role, bool running)
 	if (rl_table == NULL)
 		return;
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	rl_table->worker_procno[role] = running ? my_procno() : -1;
+	rl_table->worker_procno[role] = running ? rl_my_procno() : -1;
 	LWLockRelease(rl_table->lock);
 }
 
@@ -195,7 +156,7 @@ rl_lock_table_wake_worker(RlWorkerRole role)
 	procno = rl_table->worker_procno[role];
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
-		SetLatch(latch_of(procno));
+		SetLatch(rl_latch_of(procno));
 }
 
 /*
@@ -242,12 +203,12 @@ rl_lock_table_wake_key(const char *key, size_t keylen)
 	memcpy(k, key, keylen);
 	k[keylen] = '\0';
 	LWLockAcquire(rl_table->lock, LW_SHARED);
-	first = first_waiter(k, -1);
+	first = rl_first_waiter(k, -1);
 	if (first >= 0)
 		procno = rl_table->slots[first].procno;
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
-		SetLatch(latch_of(procno));
+		SetLatch(rl_latch_of(procno));
 }
 
 /*
@@ -272,7 +233,7 @@ rl_lock_table_enter(const char *resource, const char *key)
 		memset(s, 0, sizeof(*s));
 		s->in_use = true;
 		s->pid = MyProcPid;
-		s->procno = my_procno();
+		s->procno = rl_my_procno();
 		s->dbid = MyDatabaseId;
 		s->userid = GetUserId();
 		s->wait_seq = rl_table->next_seq++;
@@ -447,8 +408,8 @@ rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome,
  * key, not resource name: sessions with different redlock.key_prefix values
  * wait for different locks.
  */
-static int
-first_waiter(const char *key, int skip)
+int
+rl_first_waiter(const char *key, int skip)
 {
 	int			first = -1;
 
@@ -482,13 +443,13 @@ rl_lock_table_remove(int slot)
 	s = &rl_table->slots[slot];
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->in_use && s->pid == MyProcPid);
-	next = first_waiter(s->key, slot);
+	next = rl_first_waiter(s->key, slot);
 	if (next >= 0)
 		procno = rl_table->slots[next].procno;
 	s->in_use = false;
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
-		SetLatch(latch_of(procno));
+		SetLatch(rl_latch_of(procno));
 }
 
 /* Is this waiting slot first in line for its resource on this server? */
@@ -500,7 +461,7 @@ rl_lock_table_first_waiter(int slot)
 	if (rl_table == NULL || slot < 0)
 		return true;
 	LWLockAcquire(rl_table->lock, LW_SHARED);
-	first = first_waiter(rl_table->slots[slot].key, -1) == slot;
+	first = rl_first_waiter(rl_table->slots[slot].key, -1) == slot;
 	LWLockRelease(rl_table->lock);
 	return first;
 }
@@ -528,75 +489,4 @@ rl_lock_table_holder_expiry(const char *key)
 	}
 	LWLockRelease(rl_table->lock);
 	return expiry;
-}
-
-/* ---------- redlock_locks ---------- */
-
-PG_FUNCTION_INFO_V1(redlock_locks);
-
-Datum
-redlock_locks(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int64_t		now_us = rl_now_us();
-	TimestampTz now = GetCurrentTimestamp();
-	RlSlot	   *copy;
-	int			ncopy = 0;
-
-	if (rl_table == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the redlock lease table is not available"),
-				 errdetail("The lease table lives in shared memory, which needs redlock in shared_preload_libraries."),
-				 errhint("Add redlock to shared_preload_libraries and restart the server; redlock_leases shows this session's leases without it.")));
-
-	InitMaterializedSRF(fcinfo, 0);
-
-	/* copy the rows in use first: no output work under the table's lock */
-	LWLockAcquire(rl_table->lock, LW_SHARED);
-	for (int i = 0; i < rl_table->nslots; i++)
-		if (rl_table->slots[i].in_use)
-			ncopy++;
-	copy = palloc_extended(sizeof(RlSlot) * Max(ncopy, 1), MCXT_ALLOC_HUGE);
-	ncopy = 0;
-	for (int i = 0; i < rl_table->nslots; i++)
-		if (rl_table->slots[i].in_use)
-			copy[ncopy++] = rl_table->slots[i];
-	LWLockRelease(rl_table->lock);
-
-	for (int i = 0; i < ncopy; i++)
-	{
-		RlSlot	   *s = &copy[i];
-		Datum		values[12];
-		bool		nulls[12] = {0};
-
-		values[0] = Int32GetDatum(s->pid);
-		values[1] = ObjectIdGetDatum(s->dbid);
-		values[2] = ObjectIdGetDatum(s->userid);
-		values[3] = CStringGetTextDatum(s->resource);
-		values[4] = BoolGetDatum(s->granted);
-		if (s->granted)
-		{
-			int64_t		left_us = Max(s->valid_until_us - now_us, 0);
-
-			values[5] = Int64GetDatum(s->token);
-			values[6] = CStringGetTextDatum(
-											(s->scopes & RL_SCOPE_SESSION) && (s->scopes & RL_SCOPE_XACT) ?
-											"session+transaction" :
-											(s->scopes & RL_SCOPE_SESSION) ? "session" : "transaction");
-			nulls[7] = true;
-			values[8] = TimestampTzGetDatum(s->granted_at);
-			values[9] = TimestampTzGetDatum(s->lost ? now : now + left_us);
-			values[10] = BoolGetDatum(s->keep_alive);
-			values[11] = BoolGetDatum(s->lost);
-		}
-		else
-		{
-			nulls[5] = nulls[6] = nulls[8] = nulls[9] = nulls[10] = nulls[11] = true;
-			values[7] = TimestampTzGetDatum(s->waitstart);
-		}
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	pfree(copy);
-	return (Datum) 0;
 }

@@ -46,6 +46,22 @@ static const char ACQUIRE_SCRIPT[] =
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
 "return c\n";
 
+/*
+ * A release that hands the lock to the next waiter of this server: delete
+ * our value (KEYS[1] = ARGV[1]), then take the lock for the waiter exactly
+ * as ACQUIRE_SCRIPT does (value ARGV[2], TTL ARGV[3], proposal ARGV[4]).
+ * Nothing is published: the lock is not free.
+ */
+static const char HANDOFF_SCRIPT[] =
+"if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
+"local c = redis.call('GET', KEYS[2]) or '0'\n"
+"if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then\n"
+"  return false\n"
+"end\n"
+"local p = ARGV[4]\n"
+"if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
+"return c\n";
+
 static const char WRITEBACK_SCRIPT[] =
 "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
@@ -190,14 +206,16 @@ rl_proto_release_deadline(void)
 }
 
 /*
- * Release up to RL_RELEASE_CHUNK leases with one command per node.  With
+ * Release up to RL_RELEASE_CHUNK leases with one command per node (skip:
+ * NULL, or the nodes not to send it to).  With
  * wait, returns when a majority answered (or cannot); replies come back in
  * order on each connection, so that also confirms every release sent before
  * it.  The command is must-deliver either way.
  */
 void
 rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
-				 bool nothrow, int64_t deadline_us, RlRequest *req)
+				 bool nothrow, int64_t deadline_us, const bool *skip,
+				 RlRequest *req)
 {
 	const char *argv[3 + 2 * RL_RELEASE_CHUNK];
 	size_t		argvlen[3 + 2 * RL_RELEASE_CHUNK];
@@ -219,6 +237,8 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 	req->nothrow = nothrow;
 	req->must_deliver = true;
 	req->deadline_us = deadline_us;
+	if (skip != NULL)
+		memcpy(req->skip, skip, sizeof(req->skip));
 	if (wait)
 		rl_nodes_run(req);
 	else
@@ -234,96 +254,81 @@ release_nowait(const char *key, int keylen, const char *owner, bool nothrow)
 	RlReleaseItem item = {key, keylen, owner};
 	RlRequest	req;
 
-	rl_proto_release(&item, 1, false, nothrow, 0, &req);
+	rl_proto_release(&item, 1, false, nothrow, 0, NULL, &req);
+}
+
+/* From here on an error must not leave the lease of owner behind. */
+static void
+set_in_flight(const char *key, int keylen, const char *owner)
+{
+	memcpy(rl_in_flight.key, key, keylen + 1);
+	rl_in_flight.keylen = keylen;
+	memcpy(rl_in_flight.owner, owner, RL_OWNER_LEN + 1);
+	rl_in_flight.active = true;
 }
 
 /*
- * One Redlock attempt on key.  On success fills grant.  On failure
- * everything this attempt may have set is released, and req_out describes
- * what each node said.
+ * The end of an attempt whose round has run, ours or a releasing holder's
+ * handoff (rl_in_flight holds its owner): choose the token, write it back
+ * where our proposal was not above a granting node's counter, and check
+ * the validity left.  On failure everything the attempt may have set is
+ * released.
  */
-RlAttempt
-rl_proto_acquire(const char *resource, const char *key, int keylen,
-				 int ttl_ms, RlGrant *grant, RlRequest *req_out)
+static RlAttempt
+settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
+			   int64 proposal, int64_t start_us, RlGrant *grant,
+			   RlRequest *req)
 {
-	RlRequest	req;
-	const char *argv[8];
-	size_t		argvlen[8];
-	char		ckey[RL_KEY_MAX + 1];
-	char		ttl_buf[16];
-	char		proposal_buf[24];
-	int64		proposal;
+	int64_t		counters[RL_MAX_NODES];
+	int			ncounters = 0;
 	int64		token;
-	int64_t		start_us;
 	RlAttempt	result;
 
-	new_owner(grant->owner);
-	proposal = rl_propose_token(wall_clock_us(), rl_last_token);
-
-	eval_header(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1, "2");
-	argv[3] = key;
-	argvlen[3] = keylen;
-	argv[4] = ckey;
-	argvlen[4] = counter_key(ckey, resource);
-	argv[5] = grant->owner;
-	argvlen[5] = strlen(grant->owner);
-	argv[6] = ttl_buf;
-	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
-	argv[7] = proposal_buf;
-	argvlen[7] = rl_format_counter(proposal, proposal_buf);
-	request_init(&req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 8, argv, argvlen);
-
-	/* from here on an error must not leave the lease behind */
-	memcpy(rl_in_flight.key, key, keylen + 1);
-	rl_in_flight.keylen = keylen;
-	memcpy(rl_in_flight.owner, grant->owner, RL_OWNER_LEN + 1);
-	rl_in_flight.active = true;
-
-	start_us = rl_now_us();
-	rl_stats_count(RL_STAT_ATTEMPTS);
-	rl_nodes_run(&req);
-
-	if (req.decision != RL_WON)
+	if (req->decision != RL_WON)
 	{
-		result = (req.decision == RL_CONTENDED) ? RL_ATTEMPT_CONTENDED
+		result = (req->decision == RL_CONTENDED) ? RL_ATTEMPT_CONTENDED
 			: RL_ATTEMPT_UNAVAILABLE;
 		goto failed;
 	}
 
+	for (int i = 0; i < req->nnodes; i++)
+		if (req->results[i].vote == RL_VOTE_YES)
+			counters[ncounters++] = req->results[i].counter;
+
+	if (!rl_choose_token(proposal, counters, ncounters, &token))
 	{
-		int64_t		counters[RL_MAX_NODES];
-		int			ncounters = 0;
+		RlRequest	wb;
+		const char *argv[7];
+		size_t		argvlen[7];
+		char		ckey[RL_KEY_MAX + 1];
+		char		token_buf[24];
 
-		for (int i = 0; i < req.nnodes; i++)
-			if (req.results[i].vote == RL_VOTE_YES)
-				counters[ncounters++] = req.results[i].counter;
+		if (token < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_REDLOCK_PROTOCOL),
+					 errmsg("fencing counter on the Redis nodes is exhausted")));
 
-		if (!rl_choose_token(proposal, counters, ncounters, &token))
+		/* write the token back where we hold the lock */
+		eval_header(argv, argvlen, WRITEBACK_SCRIPT,
+					sizeof(WRITEBACK_SCRIPT) - 1, "2");
+		argv[3] = key;
+		argvlen[3] = keylen;
+		argv[4] = ckey;
+		argvlen[4] = counter_key(ckey, resource);
+		argv[5] = grant->owner;
+		argvlen[5] = strlen(grant->owner);
+		argv[6] = token_buf;
+		argvlen[6] = rl_format_counter(token, token_buf);
+		request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, 7, argv, argvlen);
+		for (int i = 0; i < req->nnodes; i++)
+			wb.skip[i] = (req->results[i].vote != RL_VOTE_YES);
+		rl_nodes_run(&wb);
+		if (wb.decision != RL_WON)
 		{
-			RlRequest	wb;
-			char		token_buf[24];
-
-			if (token < 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_REDLOCK_PROTOCOL),
-						 errmsg("fencing counter on the Redis nodes is exhausted")));
-
-			/* write the token back where we hold the lock */
-			argv[1] = WRITEBACK_SCRIPT;
-			argvlen[1] = sizeof(WRITEBACK_SCRIPT) - 1;
-			argv[6] = token_buf;
-			argvlen[6] = rl_format_counter(token, token_buf);
-			request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, 7, argv, argvlen);
-			for (int i = 0; i < req.nnodes; i++)
-				wb.skip[i] = (req.results[i].vote != RL_VOTE_YES);
-			rl_nodes_run(&wb);
-			if (wb.decision != RL_WON)
-			{
-				req = wb;
-				result = (wb.decision == RL_CONTENDED) ? RL_ATTEMPT_EXPIRED
-					: RL_ATTEMPT_UNAVAILABLE;
-				goto failed;
-			}
+			*req = wb;
+			result = (wb.decision == RL_CONTENDED) ? RL_ATTEMPT_EXPIRED
+				: RL_ATTEMPT_UNAVAILABLE;
+			goto failed;
 		}
 	}
 
@@ -339,15 +344,143 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	if (token > rl_last_token)
 		rl_last_token = token;
 	rl_in_flight.active = false;
-	*req_out = req;
 	return RL_ATTEMPT_GRANTED;
 
 failed:
 	/* release everywhere, also where no reply came; do not wait */
 	release_nowait(key, keylen, grant->owner, false);
 	rl_in_flight.active = false;
-	*req_out = req;
 	return result;
+}
+
+/*
+ * One Redlock attempt on key.  On success fills grant.  On failure
+ * everything this attempt may have set is released, and req_out describes
+ * what each node said.
+ */
+RlAttempt
+rl_proto_acquire(const char *resource, const char *key, int keylen,
+				 int ttl_ms, RlGrant *grant, RlRequest *req_out)
+{
+	const char *argv[8];
+	size_t		argvlen[8];
+	char		ckey[RL_KEY_MAX + 1];
+	char		ttl_buf[16];
+	char		proposal_buf[24];
+	int64		proposal;
+	int64_t		start_us;
+
+	new_owner(grant->owner);
+	proposal = rl_propose_token(wall_clock_us(), rl_last_token);
+
+	eval_header(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1, "2");
+	argv[3] = key;
+	argvlen[3] = keylen;
+	argv[4] = ckey;
+	argvlen[4] = counter_key(ckey, resource);
+	argv[5] = grant->owner;
+	argvlen[5] = strlen(grant->owner);
+	argv[6] = ttl_buf;
+	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
+	argv[7] = proposal_buf;
+	argvlen[7] = rl_format_counter(proposal, proposal_buf);
+	request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 8, argv, argvlen);
+
+	set_in_flight(key, keylen, grant->owner);
+	start_us = rl_now_us();
+	rl_stats_count(RL_STAT_ATTEMPTS);
+	rl_nodes_run(req_out);
+	req_out->argv = NULL;
+	req_out->argvlen = NULL;
+	return settle_attempt(resource, key, keylen, ttl_ms, proposal, start_us,
+						  grant, req_out);
+}
+
+/* A new lock value for a waiter's standing offer of a handoff. */
+void
+rl_proto_new_owner(char *owner)
+{
+	new_owner(owner);
+}
+
+/*
+ * A holder's release that hands the lock to the next waiter: one round of
+ * HANDOFF_SCRIPT, whose outcome goes to the waiter in *out.  Not
+ * must-deliver (a replay could grant a waiter that moved on); the caller
+ * re-sends a plain release to the nodes that did not answer.
+ */
+void
+rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
+				 const char *waiter_owner, int waiter_ttl_ms, bool nothrow,
+				 int64_t deadline_us, RlHandoff *out, RlRequest *req)
+{
+	const char *argv[9];
+	size_t		argvlen[9];
+	char		ckey[RL_KEY_MAX + 1];
+	char		ttl_buf[16];
+	char		proposal_buf[24];
+
+	out->proposal = rl_propose_token(wall_clock_us(), rl_last_token);
+	eval_header(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1, "2");
+	argv[3] = ours->key;
+	argvlen[3] = ours->keylen;
+	argv[4] = ckey;
+	argvlen[4] = counter_key(ckey, resource);
+	argv[5] = ours->owner;
+	argvlen[5] = strlen(ours->owner);
+	argv[6] = waiter_owner;
+	argvlen[6] = strlen(waiter_owner);
+	argv[7] = ttl_buf;
+	argvlen[7] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", waiter_ttl_ms);
+	argv[8] = proposal_buf;
+	argvlen[8] = rl_format_counter(out->proposal, proposal_buf);
+	request_init(req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 9, argv, argvlen);
+	req->nothrow = nothrow;
+	req->deadline_us = deadline_us;
+
+	out->start_us = rl_now_us();
+	rl_nodes_run(req);
+	req->argv = NULL;
+	req->argvlen = NULL;
+	out->nnodes = req->nnodes;
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		out->votes[i] = req->results[i].vote;
+		out->counters[i] = req->results[i].counter;
+	}
+}
+
+/*
+ * The waiter's side of a handoff: settle the attempt a releasing holder
+ * made for us with owner (see rl_proto_handoff) as if it were our own.
+ */
+RlAttempt
+rl_proto_take_handoff(const char *resource, const char *key, int keylen,
+					  int ttl_ms, const char *owner, const RlHandoff *ho,
+					  RlGrant *grant, RlRequest *req)
+{
+	memset(req, 0, sizeof(*req));
+	req->reply_kind = RL_REPLY_COUNTER;
+	req->nnodes = ho->nnodes;
+	for (int i = 0; i < ho->nnodes; i++)
+	{
+		RlVote		v = ho->votes[i];
+
+		req->results[i].vote = v;
+		req->results[i].counter = ho->counters[i];
+		snprintf(req->results[i].detail, sizeof(req->results[i].detail), "%s",
+				 v == RL_VOTE_YES ? "granted (handed over at release)" :
+				 v == RL_VOTE_NO ? "held by another owner" : "no answer to the releasing holder");
+	}
+	req->tally = rl_tally(ho->votes, ho->nnodes);
+	req->decision = rl_decide(ho->nnodes, req->tally);
+	if (req->decision == RL_UNDECIDED)
+		req->decision = RL_UNAVAILABLE;
+
+	memcpy(grant->owner, owner, RL_OWNER_LEN + 1);
+	set_in_flight(key, keylen, owner);
+	return settle_attempt(resource, key, keylen, ttl_ms, ho->proposal,
+						  ho->start_us, grant, req);
 }
 
 /* Abort path: release what an interrupted attempt may have set. */

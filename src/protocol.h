@@ -37,17 +37,39 @@ typedef struct RlReleaseItem
 	const char *owner;
 } RlReleaseItem;
 
+/*
+ * A release that handed the lock to a waiter: the round's outcome, which
+ * the waiter settles as if the attempt were its own.
+ */
+typedef struct RlHandoff
+{
+	int64		proposal;		/* the token proposed for the waiter */
+	int64_t		start_us;		/* when the round began (monotonic) */
+	int			nnodes;
+	RlVote		votes[RL_MAX_NODES];
+	int64_t		counters[RL_MAX_NODES];
+} RlHandoff;
+
 extern int	rl_lock_key(char *buf, const char *resource);
 extern RlAttempt rl_proto_acquire(const char *resource, const char *key,
 								  int keylen, int ttl_ms, RlGrant *grant,
 								  RlRequest *req_out);
 extern void rl_proto_abandon_in_flight(void);
+extern void rl_proto_new_owner(char *owner);
+extern void rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
+							 const char *waiter_owner, int waiter_ttl_ms,
+							 bool nothrow, int64_t deadline_us,
+							 RlHandoff *out, RlRequest *req);
+extern RlAttempt rl_proto_take_handoff(const char *resource, const char *key,
+									   int keylen, int ttl_ms,
+									   const char *owner, const RlHandoff *ho,
+									   RlGrant *grant, RlRequest *req);
 extern RlDecision rl_proto_extend(const char *key, int keylen,
 								  const char *owner, int ttl_ms,
 								  int64_t *started_us, RlRequest *req);
 extern void rl_proto_release(const RlReleaseItem *items, int nitems,
 							 bool wait, bool nothrow, int64_t deadline_us,
-							 RlRequest *req);
+							 const bool *skip, RlRequest *req);
 extern int64_t rl_proto_release_deadline(void);
 extern void rl_proto_holder(const char *key, int keylen, RlRequest *req);
 

@@ -28,6 +28,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+#include "handoff.h"
 #include "lock_table.h"
 #include "registry.h"
 #include "stats.h"
@@ -132,12 +133,17 @@ rl_registry_end_acquire(RlLease *lease)
 	rl_acquiring_slot = -1;
 }
 
-/* Abort path: an error ended the acquire.  Raises nothing. */
+/*
+ * Abort path: an error ended the acquire (or wait), or interrupted a
+ * release that was handing a lease to a waiter.  Raises nothing.
+ */
 void
 rl_registry_abort_acquire(void)
 {
+	rl_handoff_abort();
 	if (rl_acquiring_slot >= 0)
 	{
+		rl_handoff_abandon(rl_acquiring_slot);
 		rl_lock_table_remove(rl_acquiring_slot);
 		rl_acquiring_slot = -1;
 	}
@@ -234,6 +240,14 @@ rl_registry_subxact_commit(SubTransactionId mySubid,
 	}
 }
 
+/* Did a majority answer a release round? */
+static bool
+release_confirmed(const RlRequest *req)
+{
+	return req->decision != RL_UNAVAILABLE &&
+		req->tally.yes + req->tally.no >= rl_majority(req->nnodes);
+}
+
 /*
  * Release one lease whose last hold went: marked releasing first, then one
  * round.  Returns whether a majority confirmed the release; the lease is
@@ -249,12 +263,15 @@ rl_registry_release_one(RlLease *lease, bool nothrow, RlRequest *req)
 	item.key = lease->key;
 	item.keylen = lease->keylen;
 	item.owner = lease->owner;
-	rl_proto_release(&item, 1, true, nothrow,
-					 nothrow ? rl_proto_release_deadline() : 0, req);
+	if (rl_handoff_claim(lease->shm_slot, lease->resource, &item))
+		rl_handoff_run(&item, lease->resource, nothrow,
+					   nothrow ? rl_proto_release_deadline() : 0, req);
+	else
+		rl_proto_release(&item, 1, true, nothrow,
+						 nothrow ? rl_proto_release_deadline() : 0, NULL, req);
 	rl_stats_count(RL_STAT_RELEASES);
 	rl_registry_forget(lease);
-	return req->decision != RL_UNAVAILABLE &&
-		req->tally.yes + req->tally.no >= rl_majority(req->nnodes);
+	return release_confirmed(req);
 }
 
 /* Drop the holds scope covers; true when the lease has none left. */
@@ -298,6 +315,8 @@ rl_registry_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
 	int64_t		deadline = nothrow ? rl_proto_release_deadline() : 0;
 	RlReleaseItem items[RL_RELEASE_CHUNK];
 	int			nitems = 0;
+	RlLease    *handed = NULL;
+	RlReleaseItem handed_item;
 	RlRequest	req;
 
 	/* mark first: from here on none of them is held, whatever happens */
@@ -320,23 +339,38 @@ rl_registry_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
 		 lease != NULL;
 		 lease = rl_registry_next(&status, false))
 	{
+		RlReleaseItem *item = &items[nitems];
+
 		if (lease->state != RL_LEASE_RELEASING || lease->release_batch != batch)
 			continue;
-		items[nitems].key = lease->key;
-		items[nitems].keylen = lease->keylen;
-		items[nitems].owner = lease->owner;
-		nitems++;
+		item->key = lease->key;
+		item->keylen = lease->keylen;
+		item->owner = lease->owner;
 		sent++;
-		if (nitems == RL_RELEASE_CHUNK || sent == total)
+		/* one lease per release may go straight to a waiter here */
+		if (handed == NULL &&
+			rl_handoff_claim(lease->shm_slot, lease->resource, item))
 		{
-			bool		last = (sent == total);
+			handed = lease;
+			handed_item = *item;
+		}
+		else
+			nitems++;
+		if (nitems > 0 && (nitems == RL_RELEASE_CHUNK || sent == total))
+		{
+			bool		last = (sent == total && handed == NULL);
 
-			rl_proto_release(items, nitems, last, nothrow, deadline, &req);
-			if (last && (req.decision == RL_UNAVAILABLE ||
-						 req.tally.yes + req.tally.no < rl_majority(req.nnodes)))
+			rl_proto_release(items, nitems, last, nothrow, deadline, NULL, &req);
+			if (last && !release_confirmed(&req))
 				unconfirmed = total;
 			nitems = 0;
 		}
+	}
+	if (handed != NULL)
+	{
+		rl_handoff_run(&handed_item, handed->resource, nothrow, deadline, &req);
+		if (!release_confirmed(&req))
+			unconfirmed = total;
 	}
 
 	/* forget every releasing entry: the node layer owns their releases */

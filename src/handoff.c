@@ -1,0 +1,264 @@
+/*-------------------------------------------------------------------------
+ *
+ * handoff.c
+ *	  Handing a released lease straight to the next waiter of this server.
+ *
+ * Without it a handoff takes two rounds after the holder's commit: the
+ * release, then (once the waiter's latch is set and it is scheduled) the
+ * waiter's acquire.  With it, a waiter asleep in the lock table leaves a
+ * standing offer in its slot (a fresh lock value and its TTL), and the
+ * releasing holder's release round takes the lock for it on every node in
+ * the same script that deletes the holder's value (protocol.c,
+ * HANDOFF_SCRIPT).  The waiter then settles that round as if it were its
+ * own attempt: the same quorum, fencing-token choice, write-back and
+ * validity (counted from the start of the holder's round), so a handoff
+ * grants nothing a plain acquire would not.
+ *
+ * The offer's states (lock_table_internal.h): offered while the waiter
+ * sleeps; running once a holder took it up; done with the round's outcome.
+ * A waiter that wakes first withdraws an untaken offer.  Whoever leaves a
+ * taken offer behind releases the waiter's value: the waiter if it stops
+ * waiting after the round (its abort path), and the holder if the waiter
+ * was gone when the round ended (on its own connections, so after the
+ * handoff command on every node).  A holder whose round is interrupted
+ * releases both values and reports the round as failed, and the waiter
+ * simply asks the nodes itself.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+
+#include "handoff.h"
+#include "lock_table_internal.h"
+
+/* The offer this backend, as a releasing holder, has taken up. */
+static struct
+{
+	bool		active;
+	int			slot;
+	uint64		wait_seq;
+	int			ttl_ms;
+	char		owner[RL_OWNER_LEN + 1];	/* the waiter's lock value */
+	char		key[RL_KEY_MAX + 1];
+	int			keylen;
+	char		ours[RL_OWNER_LEN + 1];	/* the holder's lock value */
+} rl_handing;
+
+/* Release a lock value without waiting, on the no-throw paths. */
+static void
+release_value(const char *key, int keylen, const char *owner)
+{
+	RlReleaseItem item = {key, keylen, owner};
+	RlRequest	req;
+
+	rl_proto_release(&item, 1, false, true, 0, NULL, &req);
+}
+
+/* ---------- the waiter ---------- */
+
+/*
+ * About to sleep in slot: offer to be handed the lease at its release.
+ * owner receives the lock value the holder will set for us.
+ */
+void
+rl_handoff_offer(int slot, int ttl_ms, char *owner)
+{
+	RlSlot	   *s;
+
+	if (rl_table == NULL || slot < 0)
+		return;
+	rl_proto_new_owner(owner);
+	s = &rl_table->slots[slot];
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	Assert(s->handoff == RL_HANDOFF_NONE);
+	strlcpy(s->owner, owner, sizeof(s->owner));
+	s->ttl_ms = ttl_ms;
+	s->handoff = RL_HANDOFF_OFFERED;
+	LWLockRelease(rl_table->lock);
+}
+
+/*
+ * Awake again: withdraw the offer.  A round in progress stays ours to wait
+ * for; a finished one is returned in *ho (and is ours to settle).
+ */
+RlHandoffOutcome
+rl_handoff_withdraw(int slot, RlHandoff *ho)
+{
+	RlSlot	   *s;
+	RlHandoffOutcome outcome = RL_HANDED_NOTHING;
+
+	if (rl_table == NULL || slot < 0)
+		return RL_HANDED_NOTHING;
+	s = &rl_table->slots[slot];
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	switch (s->handoff)
+	{
+		case RL_HANDOFF_NONE:
+		case RL_HANDOFF_OFFERED:
+			s->handoff = RL_HANDOFF_NONE;
+			break;
+		case RL_HANDOFF_RUNNING:
+			outcome = RL_HANDED_PENDING;
+			break;
+		case RL_HANDOFF_DONE:
+			*ho = s->handoff_result;
+			s->handoff = RL_HANDOFF_NONE;
+			outcome = RL_HANDED_OVER;
+			break;
+	}
+	LWLockRelease(rl_table->lock);
+	return outcome;
+}
+
+/*
+ * Abort and exit paths, before the waiter's slot is removed: an offer a
+ * holder took up may have left our value on the nodes.  Raises nothing.
+ */
+void
+rl_handoff_abandon(int slot)
+{
+	RlSlot	   *s;
+	RlHandoffState state;
+	char		owner[RL_OWNER_LEN + 1];
+	char		key[RL_KEY_MAX + 1];
+
+	if (rl_table == NULL || slot < 0)
+		return;
+	s = &rl_table->slots[slot];
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	state = s->handoff;
+	s->handoff = RL_HANDOFF_NONE;
+	strlcpy(owner, s->owner, sizeof(owner));
+	strlcpy(key, s->key, sizeof(key));
+	LWLockRelease(rl_table->lock);
+	if (state == RL_HANDOFF_RUNNING || state == RL_HANDOFF_DONE)
+		release_value(key, strlen(key), owner);
+}
+
+/* ---------- the releasing holder ---------- */
+
+/*
+ * Releasing the lease in holder_slot: take up the standing offer of the
+ * first waiter of this server for it, if that waiter is asleep with one.
+ * Raises nothing.
+ */
+bool
+rl_handoff_claim(int holder_slot, const char *resource,
+				 const RlReleaseItem *ours)
+{
+	bool		claimed = false;
+
+	if (rl_table == NULL || holder_slot < 0 || rl_handing.active)
+		return false;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	{
+		int			w = rl_first_waiter(ours->key, holder_slot);
+		RlSlot	   *s = (w >= 0) ? &rl_table->slots[w] : NULL;
+
+		/* the same key and name: the same key prefix, the same counter */
+		if (s != NULL && s->handoff == RL_HANDOFF_OFFERED &&
+			strcmp(s->resource, resource) == 0)
+		{
+			s->handoff = RL_HANDOFF_RUNNING;
+			rl_handing.slot = w;
+			rl_handing.wait_seq = s->wait_seq;
+			rl_handing.ttl_ms = s->ttl_ms;
+			strlcpy(rl_handing.owner, s->owner, sizeof(rl_handing.owner));
+			strlcpy(rl_handing.key, ours->key, sizeof(rl_handing.key));
+			rl_handing.keylen = ours->keylen;
+			strlcpy(rl_handing.ours, ours->owner, sizeof(rl_handing.ours));
+			claimed = rl_handing.active = true;
+		}
+	}
+	LWLockRelease(rl_table->lock);
+	return claimed;
+}
+
+/*
+ * The round is over (or was interrupted: ho says every node failed): give
+ * the outcome to the waiter and wake it, or, if it stopped waiting, release
+ * its value here, after the handoff command on every connection.
+ */
+static void
+finish(const RlHandoff *ho)
+{
+	RlSlot	   *s = &rl_table->slots[rl_handing.slot];
+	int			procno = -1;
+
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	if (s->in_use && s->wait_seq == rl_handing.wait_seq &&
+		s->handoff == RL_HANDOFF_RUNNING)
+	{
+		s->handoff_result = *ho;
+		s->handoff = RL_HANDOFF_DONE;
+		procno = s->procno;
+	}
+	LWLockRelease(rl_table->lock);
+	rl_handing.active = false;
+	if (procno >= 0)
+		SetLatch(rl_latch_of(procno));
+	else
+		release_value(rl_handing.key, rl_handing.keylen, rl_handing.owner);
+}
+
+/*
+ * Release ours (the lease being released) by handing it to the waiter
+ * claimed by rl_handoff_claim.  req is the round, as a release's: a
+ * majority answered it or not.  Nodes that could not answer get a plain
+ * (must-deliver) release of ours, as any release would.
+ */
+void
+rl_handoff_run(const RlReleaseItem *ours, const char *resource, bool nothrow,
+			   int64_t deadline_us, RlRequest *req)
+{
+	RlHandoff	ho;
+	bool		skip[RL_MAX_NODES];
+	bool		unanswered = false;
+
+	Assert(rl_handing.active);
+	rl_proto_handoff(ours, resource, rl_handing.owner, rl_handing.ttl_ms,
+					 nothrow, deadline_us, &ho, req);
+	finish(&ho);
+
+	for (int i = 0; i < RL_MAX_NODES; i++)
+	{
+		skip[i] = i >= req->nnodes || req->results[i].vote != RL_VOTE_FAILED;
+		unanswered |= !skip[i];
+	}
+	if (unanswered)
+	{
+		RlRequest	rel;
+
+		rl_proto_release(ours, 1, false, nothrow, 0, skip, &rel);
+	}
+}
+
+/*
+ * Abort and exit paths: a handoff round was interrupted.  Release both
+ * values (after the handoff command on every connection) and tell the
+ * waiter the round failed.  Raises nothing.
+ */
+void
+rl_handoff_abort(void)
+{
+	RlReleaseItem items[2];
+	RlHandoff	failed;
+	RlRequest	req;
+
+	if (!rl_handing.active)
+		return;
+	items[0].key = items[1].key = rl_handing.key;
+	items[0].keylen = items[1].keylen = rl_handing.keylen;
+	items[0].owner = rl_handing.ours;
+	items[1].owner = rl_handing.owner;
+	rl_proto_release(items, 2, false, true, 0, NULL, &req);
+
+	memset(&failed, 0, sizeof(failed));
+	failed.nnodes = rl_nodes_count();
+	for (int i = 0; i < failed.nnodes; i++)
+		failed.votes[i] = RL_VOTE_FAILED;
+	finish(&failed);
+}

@@ -1,0 +1,75 @@
+/*-------------------------------------------------------------------------
+ *
+ * lock_table_internal.h
+ *	  The layout of the server-wide lease table in shared memory, for the
+ *	  files that work on it: lock_table.c, handoff.c and locks_view.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDLOCK_LOCK_TABLE_INTERNAL_H
+#define REDLOCK_LOCK_TABLE_INTERNAL_H
+
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "utils/timestamp.h"
+
+#include "lock_table.h"
+#include "protocol.h"
+
+/* A waiting slot's offer to have the lease handed over at release. */
+typedef enum RlHandoffState
+{
+	RL_HANDOFF_NONE,			/* no offer: the waiter is not asleep */
+	RL_HANDOFF_OFFERED,			/* asleep, its lock value in owner */
+	RL_HANDOFF_RUNNING,			/* a releasing holder runs the round */
+	RL_HANDOFF_DONE				/* the round's outcome is in handoff_result */
+} RlHandoffState;
+
+typedef struct RlSlot
+{
+	bool		in_use;
+	bool		granted;
+	bool		waiting;		/* it has waited (not just a first attempt) */
+	int			pid;
+	int			procno;			/* whose latch to set */
+	Oid			dbid;
+	Oid			userid;
+	uint64		wait_seq;		/* order of arrival, for first come first
+								 * served */
+	TimestampTz waitstart;
+	TimestampTz granted_at;
+	int64		token;
+	int			scopes;			/* RL_SCOPE_* */
+	int64_t		valid_until_us; /* monotonic clock, the same for every
+								 * process on this machine */
+	/* keep-alive: the worker extends the lease while its backend lives */
+	bool		keep_alive;
+	bool		lost;			/* the worker could not extend it */
+	int			ttl_ms;
+	int64_t		next_extend_us; /* when the worker extends it next */
+	int64_t		keep_until_us;	/* no extension after this */
+	/* handoff: a waiter's standing offer, taken up by a releasing holder */
+	RlHandoffState handoff;
+	RlHandoff	handoff_result; /* when RL_HANDOFF_DONE */
+	char		owner[RL_OWNER_LEN + 1];	/* the holder's, or the waiter's
+											 * offered lock value */
+	char		key[RL_KEY_MAX + 1];
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+} RlSlot;
+
+typedef struct RlLockTable
+{
+	LWLock	   *lock;
+	int			worker_procno[RL_NWORKERS];	/* each worker's, or -1 */
+	uint64		next_seq;
+	int			nslots;
+	RlSlot		slots[FLEXIBLE_ARRAY_MEMBER];
+} RlLockTable;
+
+extern RlLockTable *rl_table;
+
+extern int	rl_my_procno(void);
+extern Latch *rl_latch_of(int procno);
+extern int	rl_first_waiter(const char *key, int skip);
+
+#endif							/* REDLOCK_LOCK_TABLE_INTERNAL_H */

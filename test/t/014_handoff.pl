@@ -1,0 +1,204 @@
+# A released lease handed straight to the next waiter of this server: the
+# holder's release round takes the lock for the sleeping waiter, so the
+# handoff is one round on the nodes, not a release and then an acquire.
+# Also the paths where it goes wrong: the waiter gives up while the holder
+# hands it the lease, the holder is interrupted in the middle, and several
+# leases end at one COMMIT.  Real Redis nodes, a real preloaded cluster.
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedisNode;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @redis = map { RedisNode->new } 1 .. 3;
+my $nodes = join(',', map { $_->addr } @redis);
+
+my $pg = PostgreSQL::Test::Cluster->new('handoff');
+$pg->init;
+# a retry delay of 10 s: a waiter granted sooner than that was not polling
+$pg->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'redlock'\nredlock.nodes = '$nodes'\n"
+	  . "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
+$pg->start;
+$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+
+# EVAL calls the nodes have run so far, all nodes together
+sub evals
+{
+	my $n = 0;
+	for my $r (@redis)
+	{
+		my $info = $r->cli('INFO', 'commandstats');
+		$n += $1 if $info =~ /^cmdstat_eval:calls=(\d+)/m;
+	}
+	return $n;
+}
+
+# the value of $res's lock key on each node ('-' for none)
+sub values_of
+{
+	my ($res) = @_;
+	return map { my $v = $_->cli('GET', "redlock:lock:$res"); $v eq '' ? '-' : $v } @redis;
+}
+
+# the same on the first node only (the others may be stopped)
+sub first_value
+{
+	my ($res) = @_;
+	return $redis[0]->cli('GET', "redlock:lock:$res");
+}
+
+sub attempts
+{
+	return $pg->safe_psql('postgres', 'SELECT attempts FROM redlock_stats');
+}
+
+# a session waiting in redlock_lock($res), with settings $set; returns it
+# and its pid
+sub start_waiter
+{
+	my ($res, $set) = @_;
+	my $w = $pg->background_psql('postgres', on_error_stop => 0);
+	my $pid = $w->query_safe('SELECT pg_backend_pid()');
+	$w->query_safe($set) if $set;
+	$w->query_until(qr/waiting/,
+		"\\echo waiting\nSELECT redlock_lock('$res', 60000) AS got \\gset\n");
+	$pg->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM redlock_locks WHERE resource = '$res' AND NOT granted AND pid = $pid")
+	  or die "no waiter on $res";
+	# asleep (its first turn is to wait: the holder is on this server)
+	$pg->poll_query_until('postgres',
+		"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE pid = $pid")
+	  or die "the waiter on $res is not asleep";
+	return ($w, $pid);
+}
+
+my $h = $pg->background_psql('postgres', on_error_stop => 0);
+my $hpid = $h->query_safe('SELECT pg_backend_pid()');
+
+# --- unlock: one round hands the lease over
+my $t1 = $h->query_safe("SELECT redlock_lock('ho:a', 60000)");
+my ($w, $wpid) = start_waiter('ho:a');
+my ($e0, $a0) = (evals(), attempts());
+my $t0 = time;
+is($h->query_safe("SELECT redlock_unlock('ho:a')"), 't', 'the holder unlocks');
+my $tok = $w->query_safe('SELECT :got');
+my $took = time - $t0;
+cmp_ok($tok, '>', $t1, 'the waiter was granted a newer token');
+cmp_ok($took, '<', 5, "at the release (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
+is(evals() - $e0, scalar @redis, 'the release and the grant were one round: one EVAL per node');
+is(attempts() - $a0, 0, 'the waiter made no attempt of its own');
+is(join(' ', map { /:(\d+)$/ ? $1 : $_ } values_of('ho:a')), join(' ', ($wpid) x @redis),
+	'every node holds the lock for the waiter');
+is($pg->safe_psql('postgres',
+		"SELECT pid = $wpid AND granted AND scope = 'session' FROM redlock_locks WHERE resource = 'ho:a'"),
+	't', 'redlock_locks shows the waiter as the holder');
+is($w->query_safe("SELECT validity_ms BETWEEN 50000 AND 60000 FROM redlock_leases WHERE resource = 'ho:a'"),
+	't', "its validity counts its own TTL from the holder's round");
+is($w->query_safe("SELECT redlock_unlock('ho:a')"), 't', 'the new holder unlocks');
+ok(wait_for(sub { join(' ', values_of('ho:a')) eq join(' ', ('-') x @redis) }),
+	'and nothing is left on the nodes');
+$w->quit;
+
+# --- COMMIT and ROLLBACK of transaction leases, and the holder's exit
+for my $end ('COMMIT', 'ROLLBACK')
+{
+	$t1 = $h->query_safe("BEGIN; SELECT redlock_xact_lock('ho:x', 60000)");
+	($w, $wpid) = start_waiter('ho:x');
+	$a0 = attempts();
+	$h->query_safe($end);
+	$tok = $w->query_safe('SELECT :got');
+	cmp_ok($tok, '>', $t1, "$end hands the lease over, with a newer token");
+	is(attempts() - $a0, 0, "$end: the waiter made no attempt of its own");
+	$w->query_safe("SELECT redlock_unlock('ho:x')");
+	$w->quit;
+}
+
+$t1 = $h->query_safe("SELECT redlock_lock('ho:e', 60000)");
+($w, $wpid) = start_waiter('ho:e');
+$a0 = attempts();
+$pg->safe_psql('postgres', "SELECT pg_terminate_backend($hpid)");
+$tok = $w->query_safe('SELECT :got');
+cmp_ok($tok, '>', $t1, "the holder's exit hands the lease over");
+is(attempts() - $a0, 0, "exit: the waiter made no attempt of its own");
+$w->query_safe("SELECT redlock_unlock('ho:e')");
+$w->quit;
+eval { $h->quit };
+$h = $pg->background_psql('postgres', on_error_stop => 0);
+$hpid = $h->query_safe('SELECT pg_backend_pid()');
+
+# --- one COMMIT ends three leases, two of them awaited
+$h->query_safe("BEGIN; SELECT count(redlock_xact_lock('ho:m' || g, 60000)) FROM generate_series(1, 3) g");
+my ($w1) = start_waiter('ho:m1');
+my ($w2) = start_waiter('ho:m2');
+$h->query_safe('COMMIT');
+like($w1->query_safe('SELECT :got'), qr/^\d+$/, 'COMMIT of three leases: the first waiter is granted');
+like($w2->query_safe('SELECT :got'), qr/^\d+$/, 'and the second');
+$w1->query_safe('SELECT redlock_unlock_all()');
+$w2->query_safe('SELECT redlock_unlock_all()');
+ok(wait_for(sub { join(' ', map { values_of("ho:m$_") } 1 .. 3) eq join(' ', ('-') x (3 * @redis)) }),
+	'nothing of the three is left on the nodes');
+$w1->quit;
+$w2->quit;
+
+# --- the waiter gives up while the holder hands it the lease: two of the
+# three nodes are stopped, so the holder's round waits for its node_timeout
+$h->query_safe("SELECT redlock_lock('ho:g', 60000)");
+($w, $wpid) = start_waiter('ho:g');
+$_->pause for @redis[1, 2];
+$h->query_safe("SET redlock.node_timeout = '3s'");
+$h->query_until(qr/unlocking/, "\\echo unlocking\nSELECT redlock_unlock('ho:g');\n");
+# the holder's handoff reached the running node: the lock is the waiter's there
+ok(wait_for(sub { first_value('ho:g') =~ /:$wpid$/ }),
+	'the handoff set the waiter\'s value on the running node');
+$pg->safe_psql('postgres', "SELECT pg_cancel_backend($wpid)");
+$w->query('SELECT 1');
+like($w->{stderr}, qr/canceling statement due to user request/, 'the waiter was cancelled meanwhile');
+$_->resume for @redis[1, 2];
+$h->query('SELECT 1');    # the unlock has finished
+ok(wait_for(sub { join(' ', values_of('ho:g')) eq join(' ', ('-') x @redis) }),
+	'nothing of the handoff is left on any node');
+like($pg->safe_psql('postgres', "SELECT redlock_try_lock('ho:g', 60000)"), qr/^\d+$/,
+	'the next session takes the lease at once');
+$w->quit;
+
+# --- the holder is interrupted in the middle of the handoff: the waiter
+# goes on and takes the lease itself
+$t1 = $h->query_safe("RESET redlock.node_timeout; SELECT redlock_lock('ho:i', 60000)");
+($w, $wpid) = start_waiter('ho:i', "SET redlock.node_timeout = '10s'");
+$_->pause for @redis[1, 2];
+$h->query_safe("SET redlock.node_timeout = '10s'; SET statement_timeout = '1s'");
+$h->query("SELECT redlock_unlock('ho:i')");
+like($h->{stderr}, qr/canceling statement due to statement timeout/,
+	'the holder\'s unlock was interrupted by statement_timeout');
+like(first_value('ho:i'), qr/:$wpid$/, 'after its handoff had reached the running node');
+$h->query('RESET statement_timeout; RESET redlock.node_timeout');
+$_->resume for @redis[1, 2];
+$tok = $w->query_safe('SELECT :got');
+cmp_ok($tok, '>', $t1, 'the waiter took the lease itself, with a newer token');
+is(join(' ', map { /:(\d+)$/ ? $1 : $_ } values_of('ho:i')), join(' ', ($wpid) x @redis),
+	'every node holds it for the waiter');
+$w->query_safe("SELECT redlock_unlock('ho:i')");
+ok(wait_for(sub { join(' ', values_of('ho:i')) eq join(' ', ('-') x @redis) }),
+	'and nothing is left after its unlock');
+is($h->query("SELECT count(*) FROM redlock_leases"), "0", "the holder holds nothing");
+$w->quit;
+
+$h->quit;
+$pg->stop;
+done_testing();
+
+# poll $cond for up to 10 s
+sub wait_for
+{
+	my ($cond) = @_;
+	for (1 .. 100)
+	{
+		return 1 if $cond->();
+		usleep(100_000);
+	}
+	return 0;
+}
