@@ -203,6 +203,50 @@ pipeline_queue(RlNode *node, const RlRequest *req, uint64_t tag)
 	return true;
 }
 
+/*
+ * A reply to a multi-item command: exactly one integer 0 or 1 per item.
+ * Anything else, even one odd element, makes the whole answer unusable.
+ */
+static void
+take_flags(const RlRequest *req, RlNodeResult *res, const redisReply *reply)
+{
+	int			yes = 0;
+
+	if (req->nitems < 1 || req->nitems > RL_MAX_ITEMS ||
+		reply->type != REDIS_REPLY_ARRAY || reply->elements != (size_t) req->nitems)
+	{
+		res->vote = RL_VOTE_FAILED;
+		res->protocol_error = true;
+		snprintf(res->detail, sizeof(res->detail),
+				 "unexpected reply (type %d, %zu elements for %d keys)",
+				 reply->type, reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0,
+				 req->nitems);
+		return;
+	}
+	memset(&res->flags, 0, sizeof(res->flags));
+	for (int i = 0; i < req->nitems; i++)
+	{
+		const redisReply *el = reply->element[i];
+
+		if (el->type != REDIS_REPLY_INTEGER || (el->integer != 0 && el->integer != 1))
+		{
+			res->vote = RL_VOTE_FAILED;
+			res->protocol_error = true;
+			snprintf(res->detail, sizeof(res->detail),
+					 "unexpected element %d (type %d) in the reply", i + 1, el->type);
+			return;
+		}
+		if (el->integer == 1)
+		{
+			rl_item_flag_set(&res->flags, i);
+			yes++;
+		}
+	}
+	res->vote = RL_VOTE_YES;
+	snprintf(res->detail, sizeof(res->detail), "done for %d of %d keys",
+			 yes, req->nitems);
+}
+
 /* Interpret a reply to the current round's command. */
 static void
 take_reply(RlRequest *req, int idx, redisReply *reply)
@@ -262,6 +306,10 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 				snprintf(res->detail, sizeof(res->detail),
 						 "unexpected reply (type %d)", reply->type);
 			}
+			break;
+
+		case RL_REPLY_FLAGS:
+			take_flags(req, res, reply);
 			break;
 
 		case RL_REPLY_STATUS:

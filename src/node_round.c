@@ -171,6 +171,15 @@ round_finished(RlRequest *req)
 				rl_majority(req->nnodes);
 		case RL_GOAL_ALL:
 			return req->tally.pending == 0;
+		case RL_GOAL_ITEMS:
+			{
+				RlItemFlags flags[RL_MAX_NODES];
+
+				for (int i = 0; i < req->nnodes; i++)
+					flags[i] = req->results[i].flags;
+				return rl_decide_items(req->nnodes, votes, flags, req->nitems,
+									   NULL, NULL) == 0;
+			}
 	}
 	return true;
 }

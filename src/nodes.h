@@ -23,7 +23,9 @@ typedef enum RlReplyKind
 	RL_REPLY_COUNTER,			/* bulk decimal counter = yes, nil = no */
 	RL_REPLY_FLAG,				/* integer 1 = yes, 0 = no */
 	RL_REPLY_COUNT,				/* any integer >= 0 = yes */
-	RL_REPLY_STATUS				/* any non-error reply = yes (probes) */
+	RL_REPLY_STATUS,			/* any non-error reply = yes (probes) */
+	RL_REPLY_FLAGS				/* array of nitems integers 0 or 1 = yes,
+								 * with each item's yes or no in flags */
 } RlReplyKind;
 
 /* When a round is finished. */
@@ -31,7 +33,8 @@ typedef enum RlRoundGoal
 {
 	RL_GOAL_QUORUM,				/* decided: won, contended or unavailable */
 	RL_GOAL_ANSWERS,			/* a majority answered, or cannot */
-	RL_GOAL_ALL					/* every node answered or timed out */
+	RL_GOAL_ALL,				/* every node answered or timed out */
+	RL_GOAL_ITEMS				/* RL_REPLY_FLAGS: every item decided */
 } RlRoundGoal;
 
 typedef struct RlNodeResult
@@ -41,6 +44,7 @@ typedef struct RlNodeResult
 	bool		in_backoff;		/* not asked: the node failed recently */
 	int64_t		counter;		/* RL_REPLY_COUNTER: counter before grant */
 	char	   *reply_text;		/* RL_REPLY_STATUS: bulk reply, palloc'd */
+	RlItemFlags flags;			/* RL_REPLY_FLAGS: each item's yes */
 	int64_t		elapsed_us;		/* time to answer */
 	char		detail[192];	/* what happened, for errdetail */
 } RlNodeResult;
@@ -61,6 +65,7 @@ typedef struct RlRequest
 	int64_t		deadline_us;	/* 0, or stop waiting at this time */
 	bool		no_reply;		/* (P)SUBSCRIBE-style: nothing is owed for
 								 * it; answers arrive as pushes */
+	int			nitems;			/* RL_REPLY_FLAGS: 1 .. RL_MAX_ITEMS */
 
 	/* output */
 	int			nnodes;

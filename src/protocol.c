@@ -14,7 +14,8 @@
  * Releases are owner-checked and must-deliver: a node that cannot take one
  * now gets it when it can.  One release command carries up to
  * RL_RELEASE_CHUNK leases, so a commit that ends hundreds of leases is one
- * round trip.
+ * round trip.  Likewise the keep-alive worker extends up to
+ * RL_EXTEND_CHUNK leases with one command, each decided on its own.
  *
  *-------------------------------------------------------------------------
  */
@@ -90,6 +91,21 @@ static const char EXTEND_SCRIPT[] =
 "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 "end\n"
 "return 0\n";
+
+/*
+ * KEYS[i] gets the TTL ARGV[n + i] when it still holds ARGV[i]; returns one
+ * flag per key, 1 where it did.
+ */
+static const char EXTEND_MANY_SCRIPT[] =
+"local n = #KEYS\n"
+"local r = {}\n"
+"for i = 1, n do\n"
+"  r[i] = 0\n"
+"  if redis.call('GET', KEYS[i]) == ARGV[i] then\n"
+"    r[i] = redis.call('PEXPIRE', KEYS[i], ARGV[n + i])\n"
+"  end\n"
+"end\n"
+"return r\n";
 
 /* the lock's value and remaining time, or '' when nobody holds it */
 static const char HOLDER_SCRIPT[] =
@@ -521,6 +537,56 @@ rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
 	req->argv = NULL;
 	req->argvlen = NULL;
 	return req->decision;
+}
+
+/*
+ * Extend up to RL_EXTEND_CHUNK leases in one round, each owner-checked and
+ * decided on its own as if extended alone: decisions[i] and tallies[i] are
+ * lease i's.  The round lasts until every lease is decided.  *started_us is
+ * when it began, from which each new validity counts.
+ */
+void
+rl_proto_extend_many(const RlExtendItem *items, int nitems,
+					 int64_t *started_us, RlDecision *decisions,
+					 RlTally *tallies, RlRequest *req)
+{
+	const char *argv[3 + 3 * RL_EXTEND_CHUNK];
+	size_t		argvlen[3 + 3 * RL_EXTEND_CHUNK];
+	char		ttl_bufs[RL_EXTEND_CHUNK][16];
+	char		numkeys[16];
+	RlVote		votes[RL_MAX_NODES];
+	RlItemFlags flags[RL_MAX_NODES];
+
+	Assert(nitems > 0 && nitems <= RL_EXTEND_CHUNK);
+	snprintf(numkeys, sizeof(numkeys), "%d", nitems);
+	eval_header(argv, argvlen, EXTEND_MANY_SCRIPT,
+				sizeof(EXTEND_MANY_SCRIPT) - 1, numkeys);
+	for (int i = 0; i < nitems; i++)
+	{
+		argv[3 + i] = items[i].key;
+		argvlen[3 + i] = items[i].keylen;
+		argv[3 + nitems + i] = items[i].owner;
+		argvlen[3 + nitems + i] = strlen(items[i].owner);
+		argv[3 + 2 * nitems + i] = ttl_bufs[i];
+		argvlen[3 + 2 * nitems + i] =
+			snprintf(ttl_bufs[i], sizeof(ttl_bufs[i]), "%d", items[i].ttl_ms);
+	}
+	request_init(req, RL_REPLY_FLAGS, RL_GOAL_ITEMS, 3 + 3 * nitems,
+				 argv, argvlen);
+	req->nitems = nitems;
+
+	*started_us = rl_now_us();
+	rl_nodes_run(req);
+	req->argv = NULL;
+	req->argvlen = NULL;
+
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		votes[i] = req->results[i].vote;
+		flags[i] = req->results[i].flags;
+	}
+	(void) rl_decide_items(req->nnodes, votes, flags, nitems, tallies,
+						   decisions);
 }
 
 /*

@@ -12,6 +12,7 @@
 #include "nodes.h"
 
 #define RL_RELEASE_CHUNK	256 /* leases released by one command */
+#define RL_EXTEND_CHUNK		RL_MAX_ITEMS	/* leases extended by one command */
 
 typedef enum RlAttempt
 {
@@ -50,6 +51,15 @@ typedef struct RlHandoff
 	int64_t		counters[RL_MAX_NODES];
 } RlHandoff;
 
+/* One lease to extend: its Redis key, random owner value and new TTL. */
+typedef struct RlExtendItem
+{
+	const char *key;
+	int			keylen;
+	const char *owner;
+	int			ttl_ms;
+} RlExtendItem;
+
 extern int	rl_lock_key(char *buf, const char *resource);
 extern RlAttempt rl_proto_acquire(const char *resource, const char *key,
 								  int keylen, int ttl_ms, RlGrant *grant,
@@ -67,6 +77,9 @@ extern RlAttempt rl_proto_take_handoff(const char *resource, const char *key,
 extern RlDecision rl_proto_extend(const char *key, int keylen,
 								  const char *owner, int ttl_ms,
 								  int64_t *started_us, RlRequest *req);
+extern void rl_proto_extend_many(const RlExtendItem *items, int nitems,
+								 int64_t *started_us, RlDecision *decisions,
+								 RlTally *tallies, RlRequest *req);
 extern void rl_proto_release(const RlReleaseItem *items, int nitems,
 							 bool wait, bool nothrow, int64_t deadline_us,
 							 const bool *skip, RlRequest *req);

@@ -75,6 +75,54 @@ rl_decide(int nnodes, RlTally t)
 	return RL_UNDECIDED;
 }
 
+/*
+ * One item of a multi-item round: a node that answered the round (voted
+ * yes) votes yes or no on the item by its flag; any other vote (pending,
+ * failed, or a no to the whole round) stands for every item alike.
+ */
+RlTally
+rl_tally_item(const RlVote *votes, const RlItemFlags *flags, int nvotes,
+			  int item)
+{
+	RlTally		t = rl_tally(votes, nvotes);
+
+	for (int i = 0; i < nvotes; i++)
+	{
+		if (votes[i] == RL_VOTE_YES && !rl_item_flag(&flags[i], item))
+		{
+			t.yes--;
+			t.no++;
+		}
+	}
+	return t;
+}
+
+/*
+ * Decide every item of a multi-item round by the rules of a single round,
+ * each on its own.  tallies and decisions (nitems each) may be NULL.
+ * Returns how many items are still undecided.
+ */
+int
+rl_decide_items(int nnodes, const RlVote *votes, const RlItemFlags *flags,
+				int nitems, RlTally *tallies, RlDecision *decisions)
+{
+	int			undecided = 0;
+
+	for (int item = 0; item < nitems; item++)
+	{
+		RlTally		t = rl_tally_item(votes, flags, nnodes, item);
+		RlDecision	d = rl_decide(nnodes, t);
+
+		if (d == RL_UNDECIDED)
+			undecided++;
+		if (tallies)
+			tallies[item] = t;
+		if (decisions)
+			decisions[item] = d;
+	}
+	return undecided;
+}
+
 int64_t
 rl_drift_us(int64_t ttl_ms, double drift_factor)
 {

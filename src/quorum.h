@@ -39,9 +39,38 @@ typedef struct RlTally
 	int			pending;
 } RlTally;
 
+/*
+ * A round that asks about several items at once (one key each) gets from
+ * every node that answers a yes or no per item: bit i is item i's yes.
+ */
+#define RL_MAX_ITEMS	256		/* items of one multi-item round */
+#define RL_ITEM_WORDS	(RL_MAX_ITEMS / 64)
+
+typedef struct RlItemFlags
+{
+	uint64_t	bits[RL_ITEM_WORDS];
+} RlItemFlags;
+
+static inline void
+rl_item_flag_set(RlItemFlags *f, int item)
+{
+	f->bits[item / 64] |= UINT64_C(1) << (item % 64);
+}
+
+static inline bool
+rl_item_flag(const RlItemFlags *f, int item)
+{
+	return (f->bits[item / 64] >> (item % 64)) & 1;
+}
+
 extern int	rl_majority(int nnodes);
 extern RlTally rl_tally(const RlVote *votes, int nvotes);
 extern RlDecision rl_decide(int nnodes, RlTally t);
+extern RlTally rl_tally_item(const RlVote *votes, const RlItemFlags *flags,
+							 int nvotes, int item);
+extern int	rl_decide_items(int nnodes, const RlVote *votes,
+							const RlItemFlags *flags, int nitems,
+							RlTally *tallies, RlDecision *decisions);
 
 extern int64_t rl_drift_us(int64_t ttl_ms, double drift_factor);
 extern int64_t rl_validity_us(int64_t ttl_ms, int64_t elapsed_us,

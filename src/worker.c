@@ -9,9 +9,11 @@
  * Registered when redlock is in shared_preload_libraries.  Every third of
  * a lease's TTL it extends the lease on a majority of nodes (owner-checked,
  * like redlock_extend), for at most redlock.keep_alive_limit after the
- * grant.  A lease it cannot extend is marked lost in the lock table: the
- * holder sees it in redlock_leases and redlock_locks, and the log says so;
- * the fence still guards the data.
+ * grant.  The leases due at one look at the table are extended together,
+ * one command per node (up to RL_EXTEND_CHUNK of them), so a slow node
+ * costs one wait per round, not one per lease.  A lease it cannot extend is
+ * marked lost in the lock table: the holder sees it in redlock_leases and
+ * redlock_locks, and the log says so; the fence still guards the data.
  *
  * The worker only extends leases that are in the lock table, and a backend
  * leaves the table when it releases or exits.  A backend that crashes takes
@@ -45,7 +47,6 @@
 #include "wait_events.h"
 #include "worker.h"
 
-#define RL_WORKER_BATCH	64		/* leases extended per look at the table */
 #define RL_WAKEUP_MAX_KEYS	4096	/* keys listened for; waiters for more
 									 * keys poll */
 
@@ -114,43 +115,68 @@ nodes_configured(void)
 	return rl_node_list != NULL && rl_node_list->count > 0;
 }
 
-/* Extend one lease; record the outcome in the lock table. */
+/*
+ * Extend the due leases with one command per node; record each outcome in
+ * the lock table.  Each lease is decided on its own, as if extended alone.
+ */
 static void
-keep_alive(const RlKeepAlive *k)
+keep_alive(const RlKeepAlive *due, int n)
 {
+	RlExtendItem items[RL_EXTEND_CHUNK];
+	RlDecision	decisions[RL_EXTEND_CHUNK];
+	RlTally		tallies[RL_EXTEND_CHUNK];
 	RlRequest	req;
-	RlDecision	decision;
-	RlKeepOutcome outcome;
 	int64_t		started_us;
+	int64_t		now;
 
-	decision = rl_proto_extend(k->key, strlen(k->key), k->owner, k->ttl_ms,
-							   &started_us, &req);
-	if (decision == RL_WON &&
-		rl_validity_us(k->ttl_ms, rl_now_us() - started_us, rl_drift_factor) > 0)
-		outcome = RL_KEEP_EXTENDED;
-	else if (decision == RL_UNAVAILABLE)
-		outcome = RL_KEEP_RETRY;
-	else
-		outcome = RL_KEEP_LOST;
-	if (rl_lock_table_extended(k, outcome,
-							   started_us + (int64_t) k->ttl_ms * 1000 -
-							   rl_drift_us(k->ttl_ms, rl_drift_factor)))
-		ereport(LOG,
-				(errcode(ERRCODE_REDLOCK_LEASE_LOST),
-				 errmsg("redlock: keep-alive could not extend the lease on \"%s\" held by process %d; it is lost",
-						k->resource, k->pid),
-				 errdetail("%d of %d nodes extended it; a majority is %d.",
-						   req.tally.yes, req.nnodes, rl_majority(req.nnodes))));
+	if (n <= 0)
+		return;
+	Assert(n <= RL_EXTEND_CHUNK);
+	for (int i = 0; i < n; i++)
+	{
+		items[i].key = due[i].key;
+		items[i].keylen = strlen(due[i].key);
+		items[i].owner = due[i].owner;
+		items[i].ttl_ms = due[i].ttl_ms;
+	}
+	rl_proto_extend_many(items, n, &started_us, decisions, tallies, &req);
+	now = rl_now_us();
+
+	for (int i = 0; i < n; i++)
+	{
+		const RlKeepAlive *k = &due[i];
+		RlKeepOutcome outcome;
+
+		if (decisions[i] == RL_WON &&
+			rl_validity_us(k->ttl_ms, now - started_us, rl_drift_factor) > 0)
+			outcome = RL_KEEP_EXTENDED;
+		else if (decisions[i] == RL_UNAVAILABLE)
+			outcome = RL_KEEP_RETRY;
+		else
+			outcome = RL_KEEP_LOST;
+		if (rl_lock_table_extended(k, outcome,
+								   started_us + (int64_t) k->ttl_ms * 1000 -
+								   rl_drift_us(k->ttl_ms, rl_drift_factor)))
+			ereport(LOG,
+					(errcode(ERRCODE_REDLOCK_LEASE_LOST),
+					 errmsg("redlock: keep-alive could not extend the lease on \"%s\" held by process %d; it is lost",
+							k->resource, k->pid),
+					 errdetail("%d of %d nodes extended it; a majority is %d.",
+							   tallies[i].yes, req.nnodes, rl_majority(req.nnodes))));
+	}
 }
 
 void
 redlock_worker_main(Datum main_arg)
 {
+	RlKeepAlive *due;
+
 	worker_start(RL_WORKER_KEEPALIVE);
+	due = MemoryContextAlloc(TopMemoryContext,
+							 sizeof(RlKeepAlive) * RL_EXTEND_CHUNK);
 
 	for (;;)
 	{
-		RlKeepAlive due[RL_WORKER_BATCH];
 		int64_t		next_us;
 		int			n;
 		long		sleep_ms;
@@ -158,12 +184,11 @@ redlock_worker_main(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 		worker_reload_config();
 
-		n = rl_lock_table_due(due, RL_WORKER_BATCH, &next_us);
+		n = rl_lock_table_due(due, RL_EXTEND_CHUNK, &next_us);
 		if (n > 0 && nodes_configured())
 		{
 			rl_nodes_ready();
-			for (int i = 0; i < n; i++)
-				keep_alive(&due[i]);
+			keep_alive(due, n);
 			continue;			/* more may be due */
 		}
 

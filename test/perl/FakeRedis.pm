@@ -40,7 +40,10 @@
 #   flood         "$1000000000" and then megabytes of data, as fast as it goes
 #   unsolicited   "+HELLO" at connect, then well-formed answers
 #   delay         well-formed answers, each 200 ms late (slow but healthy;
-#                 not in @MODES: it is no wrong answer)
+#                 not in @MODES: it is no wrong answer).  With
+#                 backend => 'host:port' (a real Redis) and delay => seconds,
+#                 a slow link instead: each request goes to the backend at
+#                 once, and its real answer comes back that late
 #   slow_release  acquire answered at once, everything else 100 ms late
 #                 (not in @MODES either)
 #
@@ -77,6 +80,8 @@ sub new
 	my $port = $args{port} // PostgreSQL::Test::Cluster::get_free_port();
 	my $dir = $args{dir} // PostgreSQL::Test::Utils::tempdir('fakeredis');
 	my $log = "$dir/fake-$port.log";
+	my %link = (backend => $args{backend}, delay => $args{delay} // 0.2);
+	die "FakeRedis: a backend needs mode delay" if $link{backend} && $mode ne 'delay';
 
 	my $listen = IO::Socket::INET->new(
 		LocalAddr => '127.0.0.1',
@@ -90,7 +95,7 @@ sub new
 	if ($pid == 0)
 	{
 		# the child must never run the test's END blocks
-		eval { serve($listen, $mode, $log); };
+		eval { serve($listen, $mode, $log, \%link); };
 		POSIX::_exit(0);
 	}
 	close $listen;
@@ -137,6 +142,7 @@ sub script_kind
 {
 	my ($script) = @_;
 	return 'acquire' if $script =~ /'NX'/;
+	return 'extend_many' if $script =~ /PEXPIRE/ && $script =~ /#KEYS/;
 	return 'extend' if $script =~ /PEXPIRE/;
 	return 'release' if $script =~ /'DEL'/;
 	return 'writeback' if $script =~ /local t = ARGV\[2\]/;
@@ -168,6 +174,7 @@ sub good_answer
 	{
 		my $kind = script_kind($args->[1] // '');
 		return "\$1\r\n0\r\n" if $kind eq 'acquire';
+		return "*$args->[2]\r\n" . (":1\r\n" x $args->[2]) if $kind eq 'extend_many';
 		return ":1\r\n";
 	}
 	return "+OK\r\n";
@@ -265,9 +272,49 @@ sub take_request
 	return \@args;
 }
 
+# the length of the complete RESP reply at $pos in $$buf, or undef
+sub reply_length
+{
+	my ($buf, $pos) = @_;
+	my $nl = index($$buf, "\r\n", $pos);
+	return undef if $nl < 0;
+	my $type = substr($$buf, $pos, 1);
+	my $n = substr($$buf, $pos + 1, $nl - $pos - 1);
+	my $end = $nl + 2;
+	if ($type eq '$' && $n >= 0)
+	{
+		$end += $n + 2;
+		return undef if length($$buf) < $end;
+	}
+	elsif ($type eq '*' && $n > 0)
+	{
+		for (1 .. $n)
+		{
+			my $len = reply_length($buf, $end) // return undef;
+			$end += $len;
+		}
+	}
+	return $end - $pos;
+}
+
+# a slow link: the backend's answer to the request
+sub backend_answer
+{
+	my ($c, $req) = @_;
+	my $cmd = '*' . @$req . "\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" } @$req);
+	$c->{backend}->syswrite($cmd) == length $cmd or die "backend: $!";
+	my $buf = '';
+	for (;;)
+	{
+		my $len = reply_length(\$buf, 0);
+		return $buf if defined $len;
+		sysread($c->{backend}, $buf, 65536, length $buf) or die "backend: $!";
+	}
+}
+
 sub serve
 {
-	my ($listen, $mode, $logfile) = @_;
+	my ($listen, $mode, $logfile, $link) = @_;
 	$SIG{PIPE} = 'IGNORE';
 	open my $log, '>>', $logfile or die;
 	$log->autoflush(1);
@@ -306,6 +353,9 @@ sub serve
 					next;
 				}
 				my $c = { sock => $s, in => '', out => [], id => $nconn };
+				$c->{backend} = IO::Socket::INET->new(PeerAddr => $link->{backend}, Proto => 'tcp')
+				  or die "backend $link->{backend}: $!"
+				  if $link->{backend};
 				push @{ $c->{out} }, [ 0, "+HELLO\r\n" ] if $mode eq 'unsolicited';
 				$conns{ fileno $s } = $c;
 				$sel->add($s);
@@ -327,6 +377,11 @@ sub serve
 			{
 				print $log "conn $c->{id}: " . describe($req) . "\n";
 				next if $c->{close} || $c->{flood};
+				if ($c->{backend})
+				{
+					push @{ $c->{out} }, [ time + $link->{delay}, backend_answer($c, $req) ];
+					next;
+				}
 				my ($chunks, $action) = answer($mode, $req);
 				my $t = time;
 				for my $ch (@$chunks)

@@ -7,6 +7,7 @@ use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FakeRedis;
 use RedisNode;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -214,14 +215,20 @@ is($free, 't', "a terminated holder's keep-alive lease ends (${\ sprintf '%.1f',
 $k = $pg->background_psql('postgres', on_error_stop => 0);
 $k->query_safe("SELECT redlock_lock('ka:lost', 1500, keep_alive => true)");
 $_->cli('DEL', 'redlock:lock:ka:lost') for @redis;
-my $lost;
-for (1 .. 50)
+
+# whether the session's keep-alive lease on $res is marked lost within 5 s
+sub becomes_lost
 {
-	$lost = $k->query_safe("SELECT lost FROM redlock_leases WHERE resource = 'ka:lost'");
-	last if $lost eq 't';
-	usleep(100_000);
+	my ($session, $res) = @_;
+	for (1 .. 50)
+	{
+		return 1 if $session->query_safe(
+			"SELECT lost FROM redlock_leases WHERE resource = '$res'") eq 't';
+		usleep(100_000);
+	}
+	return 0;
 }
-is($lost, 't', 'a keep-alive lease taken away from the nodes is marked lost');
+ok(becomes_lost($k, 'ka:lost'), 'a keep-alive lease taken away from the nodes is marked lost');
 like(slurp_file($pg->logfile), qr/keep-alive could not extend the lease on "ka:lost"/,
 	'and the log says so');
 $k->query("SELECT redlock_unlock('ka:lost')");
@@ -252,6 +259,53 @@ $w->quit;
 $h->quit;
 $redis[1]->start;
 $redis[2]->start;
+
+# --- keep-alive of many leases: one command per node and round.  Five
+# nodes; once 50 leases with a 1.5 s TTL are taken, one node is black-holed
+# (SIGSTOP), one is down, and one answers 150 ms late behind a slow link, so
+# every majority needs the slow node.  One lease per round, a pass would
+# take 50 x 150 ms, and most leases would expire waiting their turn.
+my @r5 = map { RedisNode->new } 1 .. 5;
+my $slow = FakeRedis->new(mode => 'delay', backend => $r5[2]->addr, delay => 0.15);
+my @addrs = map { $_->addr } @r5;
+$addrs[2] = $slow->addr;
+my $kb = PostgreSQL::Test::Cluster->new('keepbatch');
+$kb->init;
+$kb->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'redlock'\nredlock.nodes = '" . join(',', @addrs)
+	  . "'\nredlock.max_leases = 64\nredlock.node_timeout = '500ms'\n");
+$kb->start;
+$kb->safe_psql('postgres', 'CREATE EXTENSION redlock');
+$k = $kb->background_psql('postgres', on_error_stop => 0);
+is($k->query_safe("SELECT count(redlock_lock('kb:' || g, 1500, keep_alive => true)) FROM generate_series(1, 50) g"),
+	'50', '50 keep-alive leases with a 1.5 s TTL');
+$r5[3]->pause;
+$r5[4]->kill9;
+usleep(4_500_000);
+my $kb_valid = "SELECT count(*) FROM redlock_leases WHERE resource LIKE 'kb:%' AND validity_ms > 0 AND NOT lost";
+is($k->query_safe($kb_valid), '50',
+	'three TTLs later, with one node black-holed, one down and one slow, all 50 are valid');
+my %on;
+for my $n (@r5[0 .. 2])
+{
+	$on{$_}++ for split /\n/, $n->cli('EVAL',
+		"local r = {} for _, k in ipairs(redis.call('KEYS', ARGV[1])) do if redis.call('PTTL', k) > 0 then r[#r + 1] = k end end return r",
+		'0', 'redlock:lock:kb:*');
+}
+is(scalar(grep { $on{$_} == 3 } keys %on), 50,
+	'and each is held on a majority: the three nodes that answer');
+ok((grep { /EVAL extend_many (\d+)/ && $1 > 1 } $slow->requests),
+	'extended several at a time');
+
+# each lease of a batch is decided on its own: one taken away is lost alone
+$_->cli('DEL', 'redlock:lock:kb:7') for @r5[0 .. 2];
+ok(becomes_lost($k, 'kb:7'), 'a lease taken away from the nodes is marked lost');
+is($k->query_safe($kb_valid), '49', 'while the 49 others of its batches stay valid');
+$r5[3]->resume;
+$k->query('SELECT redlock_unlock_all()');
+$k->quit;
+$kb->stop;
+$slow->stop;
 
 # --- without shared_preload_libraries: a clear error, leases still work
 my $plain = PostgreSQL::Test::Cluster->new('nopreload');

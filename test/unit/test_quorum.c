@@ -2,8 +2,9 @@
  *
  * test_quorum.c
  *	  Unit tests of the pure quorum logic in src/quorum.c: majority, the
- *	  round decision, validity, counter parsing, and the fencing-token
- *	  protocol checked against adversarial orderings in a node model.
+ *	  round decision (also per item of a multi-item round), validity,
+ *	  counter parsing, and the fencing-token protocol checked against
+ *	  adversarial orderings in a node model.
  *
  * No server, no Redis, no framework.  Every failed check prints one line
  * with file:line and the values involved; the last line is the summary
@@ -317,6 +318,190 @@ test_decide(void)
 				}
 	}
 	CLEARCTX();
+}
+
+/*
+ * Multi-item rounds: each item is decided as a single round whose votes are
+ * the item flags of the nodes that answered and the round votes of the rest.
+ */
+static RlDecision
+item_decision_alone(int n, const RlVote *votes, const RlItemFlags *flags,
+					int item)
+{
+	RlVote		alone[7];
+
+	for (int i = 0; i < n; i++)
+		alone[i] = votes[i] != RL_VOTE_YES ? votes[i] :
+			rl_item_flag(&flags[i], item) ? RL_VOTE_YES : RL_VOTE_NO;
+	return rl_decide(n, rl_tally(alone, n));
+}
+
+static void
+test_item_flags(void)
+{
+	static const int items[] = {0, 1, 63, 64, 65, 127, 128, 200, RL_MAX_ITEMS - 1};
+	RlItemFlags f;
+
+	for (size_t k = 0; k < sizeof(items) / sizeof(items[0]); k++)
+	{
+		memset(&f, 0, sizeof(f));
+		rl_item_flag_set(&f, items[k]);
+		SETCTX("item %d", items[k]);
+		for (int i = 0; i < RL_MAX_ITEMS; i++)
+			if (rl_item_flag(&f, i) != (i == items[k]))
+			{
+				CHECK_I64(rl_item_flag(&f, i), ==, i == items[k]);
+				break;
+			}
+		CHECK(rl_item_flag(&f, items[k]));
+	}
+	CLEARCTX();
+}
+
+static void
+test_tally_item(void)
+{
+	long		bad = 0;
+
+	/*
+	 * Every round vote vector for n = 1..7 with every item flag pattern;
+	 * flags of nodes that did not answer the round must not count.
+	 */
+	for (int n = 1; n <= 7 && bad == 0; n++)
+	{
+		long		total = 1;
+
+		for (int i = 0; i < n; i++)
+			total *= 4;
+		for (long code = 0; code < total && bad == 0; code++)
+		{
+			RlVote		votes[7];
+			long		c = code;
+
+			for (int i = 0; i < n; i++)
+			{
+				votes[i] = (RlVote) (c % 4);
+				c /= 4;
+			}
+			for (int pattern = 0; pattern < (1 << n) && bad == 0; pattern++)
+			{
+				RlItemFlags flags[7];
+				int			item = (int) ((code * 7 + pattern) % RL_MAX_ITEMS);
+				RlTally		t;
+				RlTally		all = rl_tally(votes, n);
+
+				memset(flags, 0, sizeof(flags));
+				for (int i = 0; i < n; i++)
+					if (pattern & (1 << i))
+						rl_item_flag_set(&flags[i], item);
+				t = rl_tally_item(votes, flags, n, item);
+				if (rl_decide(n, t) != item_decision_alone(n, votes, flags, item) ||
+					t.yes + t.no != all.yes + all.no ||
+					t.failed != all.failed || t.pending != all.pending)
+				{
+					SETCTX("n=%d code=%ld pattern=%d item=%d", n, code, pattern, item);
+					CHECK_I64(rl_decide(n, t), ==, item_decision_alone(n, votes, flags, item));
+					CHECK_I64(t.yes + t.no, ==, all.yes + all.no);
+					CHECK_I64(t.failed, ==, all.failed);
+					CHECK_I64(t.pending, ==, all.pending);
+					CLEARCTX();
+					bad++;
+				}
+			}
+		}
+	}
+	CHECK_I64(bad, ==, 0);
+}
+
+static void
+test_decide_items(void)
+{
+	RlVote		votes[7];
+	RlItemFlags flags[7];
+	RlTally		tallies[RL_MAX_ITEMS];
+	RlDecision	decisions[RL_MAX_ITEMS];
+	long		bad = 0;
+
+	/* random rounds of RL_MAX_ITEMS items: each decided as if alone */
+	rng_seed(21);
+	for (int round = 0; round < 20000 && bad == 0; round++)
+	{
+		int			n = 1 + (int) rng_below(7);
+		int			nitems = 1 + (int) rng_below(RL_MAX_ITEMS);
+		int			undecided = 0;
+		int			got;
+
+		for (int i = 0; i < n; i++)
+		{
+			votes[i] = (RlVote) rng_below(4);
+			for (int w = 0; w < RL_ITEM_WORDS; w++)
+				flags[i].bits[w] = rng_next();
+		}
+		got = rl_decide_items(n, votes, flags, nitems, tallies, decisions);
+		for (int item = 0; item < nitems; item++)
+		{
+			RlDecision	alone = item_decision_alone(n, votes, flags, item);
+			RlTally		t = rl_tally_item(votes, flags, n, item);
+
+			if (alone == RL_UNDECIDED)
+				undecided++;
+			if (decisions[item] != alone || tallies[item].yes != t.yes ||
+				tallies[item].no != t.no)
+			{
+				SETCTX("round %d n=%d item %d", round, n, item);
+				CHECK_I64(decisions[item], ==, alone);
+				CHECK_I64(tallies[item].yes, ==, t.yes);
+				CHECK_I64(tallies[item].no, ==, t.no);
+				CLEARCTX();
+				bad++;
+				break;
+			}
+		}
+		if (got != undecided ||
+			rl_decide_items(n, votes, flags, nitems, NULL, NULL) != undecided)
+		{
+			SETCTX("round %d n=%d", round, n);
+			CHECK_I64(got, ==, undecided);
+			CHECK_I64(rl_decide_items(n, votes, flags, nitems, NULL, NULL), ==, undecided);
+			CLEARCTX();
+			bad++;
+		}
+	}
+	CHECK_I64(bad, ==, 0);
+
+	/*
+	 * The keep-alive worker's round on 5 nodes: nodes 0-2 answered, node 3
+	 * is black-holed (pending), node 4 is down.  Item 0 is held everywhere,
+	 * item 1 was taken away from every node that answered, item 2 from node
+	 * 2 only.
+	 */
+	memset(flags, 0, sizeof(flags));
+	votes[0] = votes[1] = votes[2] = RL_VOTE_YES;
+	votes[3] = RL_VOTE_PENDING;
+	votes[4] = RL_VOTE_FAILED;
+	for (int i = 0; i < 3; i++)
+		rl_item_flag_set(&flags[i], 0);
+	rl_item_flag_set(&flags[0], 2);
+	rl_item_flag_set(&flags[1], 2);
+	rl_item_flag_set(&flags[3], 1); /* not an answer: does not count */
+	CHECK_I64(rl_decide_items(5, votes, flags, 3, tallies, decisions), ==, 1);
+	CHECK_I64(decisions[0], ==, RL_WON);
+	CHECK_I64(tallies[0].yes, ==, 3);
+	CHECK_I64(decisions[1], ==, RL_CONTENDED);	/* lost, without waiting */
+	CHECK_I64(tallies[1].yes, ==, 0);
+	CHECK_I64(decisions[2], ==, RL_UNDECIDED);	/* node 3 could still say yes */
+	votes[3] = RL_VOTE_FAILED;	/* it timed out */
+	CHECK_I64(rl_decide_items(5, votes, flags, 3, tallies, decisions), ==, 0);
+	CHECK_I64(decisions[0], ==, RL_WON);
+	CHECK_I64(decisions[2], ==, RL_CONTENDED);
+	CHECK_I64(tallies[2].yes, ==, 2);
+	CHECK_I64(tallies[2].no, ==, 1);
+
+	/* fewer than a majority answered: every item is unavailable */
+	votes[2] = RL_VOTE_FAILED;
+	CHECK_I64(rl_decide_items(5, votes, flags, 3, NULL, decisions), ==, 0);
+	for (int item = 0; item < 3; item++)
+		CHECK_I64(decisions[item], ==, RL_UNAVAILABLE);
 }
 
 /* ---------- 2. validity ---------- */
@@ -1387,6 +1572,9 @@ main(void)
 	test_majority();
 	test_tally();
 	test_decide();
+	test_item_flags();
+	test_tally_item();
+	test_decide_items();
 	test_validity();
 	test_parse_counter();
 	test_propose_token();
