@@ -15,6 +15,7 @@ OBJS = \
 	src/node_round.o \
 	src/node_wait.o \
 	src/protocol.o \
+	src/protocol_extend.o \
 	src/registry.o \
 	src/lifecycle.o \
 	src/lease_sql.o \

@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * protocol.c
- *	  The Redlock protocol: the Lua scripts and the rounds that run them.
+ *	  The Redlock protocol for a lock changing hands: acquire, release and
+ *	  the handoff of a released lock to a waiter, with their Lua scripts.
+ *	  (Extending and asking who holds a lock: protocol_extend.c.)
  *
  * A lease is taken with the Redlock algorithm: one random owner value is
  * set with NX and a TTL on every node at once, and the lease is granted when
@@ -14,8 +16,8 @@
  * Releases are owner-checked and must-deliver: a node that cannot take one
  * now gets it when it can.  One release command carries up to
  * RL_RELEASE_CHUNK leases, so a commit that ends hundreds of leases is one
- * round trip.  Likewise the keep-alive worker extends up to
- * RL_EXTEND_CHUNK leases with one command, each decided on its own.
+ * round trip.  A release that finds a waiter of this server asleep hands
+ * the lock to it in the same script (handoff.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -27,7 +29,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
-#include "protocol.h"
+#include "protocol_internal.h"
 #include "stats.h"
 
 #define RL_COUNTER_KEY_SUFFIX "token-counter:"
@@ -85,33 +87,6 @@ static const char RELEASE_SCRIPT[] =
 "  end\n"
 "end\n"
 "return n\n";
-
-static const char EXTEND_SCRIPT[] =
-"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-"end\n"
-"return 0\n";
-
-/*
- * KEYS[i] gets the TTL ARGV[n + i] when it still holds ARGV[i]; returns one
- * flag per key, 1 where it did.
- */
-static const char EXTEND_MANY_SCRIPT[] =
-"local n = #KEYS\n"
-"local r = {}\n"
-"for i = 1, n do\n"
-"  r[i] = 0\n"
-"  if redis.call('GET', KEYS[i]) == ARGV[i] then\n"
-"    r[i] = redis.call('PEXPIRE', KEYS[i], ARGV[n + i])\n"
-"  end\n"
-"end\n"
-"return r\n";
-
-/* the lock's value and remaining time, or '' when nobody holds it */
-static const char HOLDER_SCRIPT[] =
-"local v = redis.call('GET', KEYS[1])\n"
-"if not v then return '' end\n"
-"return v .. ' ' .. redis.call('PTTL', KEYS[1])\n";
 
 static int64 rl_last_token = 0;
 
@@ -186,9 +161,9 @@ counter_key(char *buf, const char *resource)
 }
 
 /* argv[0..2] of a script call: EVAL, the script, the number of keys */
-static void
-eval_header(const char **argv, size_t *argvlen, const char *script,
-			size_t scriptlen, const char *numkeys)
+void
+rl_proto_eval_header(const char **argv, size_t *argvlen, const char *script,
+					 size_t scriptlen, const char *numkeys)
 {
 	argv[0] = "EVAL";
 	argvlen[0] = 4;
@@ -198,9 +173,9 @@ eval_header(const char **argv, size_t *argvlen, const char *script,
 	argvlen[2] = strlen(numkeys);
 }
 
-static void
-request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
-			 int argc, const char **argv, const size_t *argvlen)
+void
+rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
+					  int argc, const char **argv, const size_t *argvlen)
 {
 	memset(req, 0, sizeof(*req));
 	req->reply_kind = kind;
@@ -239,7 +214,7 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 
 	Assert(nitems > 0 && nitems <= RL_RELEASE_CHUNK);
 	snprintf(numkeys, sizeof(numkeys), "%d", nitems);
-	eval_header(argv, argvlen, RELEASE_SCRIPT, sizeof(RELEASE_SCRIPT) - 1, numkeys);
+	rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT, sizeof(RELEASE_SCRIPT) - 1, numkeys);
 	for (int i = 0; i < nitems; i++)
 	{
 		argv[3 + i] = items[i].key;
@@ -248,8 +223,8 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 		argvlen[3 + nitems + i] = strlen(items[i].owner);
 	}
 
-	request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 3 + 2 * nitems,
-				 argv, argvlen);
+	rl_proto_request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 3 + 2 * nitems,
+						  argv, argvlen);
 	req->nothrow = nothrow;
 	req->must_deliver = true;
 	req->deadline_us = deadline_us;
@@ -325,8 +300,8 @@ settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 					 errmsg("fencing counter on the Redis nodes is exhausted")));
 
 		/* write the token back where we hold the lock */
-		eval_header(argv, argvlen, WRITEBACK_SCRIPT,
-					sizeof(WRITEBACK_SCRIPT) - 1, "2");
+		rl_proto_eval_header(argv, argvlen, WRITEBACK_SCRIPT,
+							 sizeof(WRITEBACK_SCRIPT) - 1, "2");
 		argv[3] = key;
 		argvlen[3] = keylen;
 		argv[4] = ckey;
@@ -335,7 +310,7 @@ settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 		argvlen[5] = strlen(grant->owner);
 		argv[6] = token_buf;
 		argvlen[6] = rl_format_counter(token, token_buf);
-		request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, 7, argv, argvlen);
+		rl_proto_request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, 7, argv, argvlen);
 		for (int i = 0; i < req->nnodes; i++)
 			wb.skip[i] = (req->results[i].vote != RL_VOTE_YES);
 		rl_nodes_run(&wb);
@@ -389,7 +364,7 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	new_owner(grant->owner);
 	proposal = rl_propose_token(wall_clock_us(), rl_last_token);
 
-	eval_header(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1, "2");
+	rl_proto_eval_header(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1, "2");
 	argv[3] = key;
 	argvlen[3] = keylen;
 	argv[4] = ckey;
@@ -400,7 +375,7 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
 	argv[7] = proposal_buf;
 	argvlen[7] = rl_format_counter(proposal, proposal_buf);
-	request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 8, argv, argvlen);
+	rl_proto_request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 8, argv, argvlen);
 
 	set_in_flight(key, keylen, grant->owner);
 	start_us = rl_now_us();
@@ -437,7 +412,7 @@ rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 	char		proposal_buf[24];
 
 	out->proposal = rl_propose_token(wall_clock_us(), rl_last_token);
-	eval_header(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1, "2");
+	rl_proto_eval_header(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1, "2");
 	argv[3] = ours->key;
 	argvlen[3] = ours->keylen;
 	argv[4] = ckey;
@@ -450,7 +425,7 @@ rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 	argvlen[7] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", waiter_ttl_ms);
 	argv[8] = proposal_buf;
 	argvlen[8] = rl_format_counter(out->proposal, proposal_buf);
-	request_init(req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 9, argv, argvlen);
+	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 9, argv, argvlen);
 	req->nothrow = nothrow;
 	req->deadline_us = deadline_us;
 
@@ -509,101 +484,4 @@ rl_proto_abandon_in_flight(void)
 		release_nowait(rl_in_flight.key, rl_in_flight.keylen,
 					   rl_in_flight.owner, true);
 	}
-}
-
-/*
- * Extend a lease on a majority (owner-checked).  Returns the decision;
- * *started_us is when the round began, from which the new validity counts.
- */
-RlDecision
-rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
-				int64_t *started_us, RlRequest *req)
-{
-	const char *argv[6];
-	size_t		argvlen[6];
-	char		ttl_buf[16];
-
-	eval_header(argv, argvlen, EXTEND_SCRIPT, sizeof(EXTEND_SCRIPT) - 1, "1");
-	argv[3] = key;
-	argvlen[3] = keylen;
-	argv[4] = owner;
-	argvlen[4] = strlen(owner);
-	argv[5] = ttl_buf;
-	argvlen[5] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
-	request_init(req, RL_REPLY_FLAG, RL_GOAL_QUORUM, 6, argv, argvlen);
-
-	*started_us = rl_now_us();
-	rl_nodes_run(req);
-	req->argv = NULL;
-	req->argvlen = NULL;
-	return req->decision;
-}
-
-/*
- * Extend up to RL_EXTEND_CHUNK leases in one round, each owner-checked and
- * decided on its own as if extended alone: decisions[i] and tallies[i] are
- * lease i's.  The round lasts until every lease is decided.  *started_us is
- * when it began, from which each new validity counts.
- */
-void
-rl_proto_extend_many(const RlExtendItem *items, int nitems,
-					 int64_t *started_us, RlDecision *decisions,
-					 RlTally *tallies, RlRequest *req)
-{
-	const char *argv[3 + 3 * RL_EXTEND_CHUNK];
-	size_t		argvlen[3 + 3 * RL_EXTEND_CHUNK];
-	char		ttl_bufs[RL_EXTEND_CHUNK][16];
-	char		numkeys[16];
-	RlVote		votes[RL_MAX_NODES];
-	RlItemFlags flags[RL_MAX_NODES];
-
-	Assert(nitems > 0 && nitems <= RL_EXTEND_CHUNK);
-	snprintf(numkeys, sizeof(numkeys), "%d", nitems);
-	eval_header(argv, argvlen, EXTEND_MANY_SCRIPT,
-				sizeof(EXTEND_MANY_SCRIPT) - 1, numkeys);
-	for (int i = 0; i < nitems; i++)
-	{
-		argv[3 + i] = items[i].key;
-		argvlen[3 + i] = items[i].keylen;
-		argv[3 + nitems + i] = items[i].owner;
-		argvlen[3 + nitems + i] = strlen(items[i].owner);
-		argv[3 + 2 * nitems + i] = ttl_bufs[i];
-		argvlen[3 + 2 * nitems + i] =
-			snprintf(ttl_bufs[i], sizeof(ttl_bufs[i]), "%d", items[i].ttl_ms);
-	}
-	request_init(req, RL_REPLY_FLAGS, RL_GOAL_ITEMS, 3 + 3 * nitems,
-				 argv, argvlen);
-	req->nitems = nitems;
-
-	*started_us = rl_now_us();
-	rl_nodes_run(req);
-	req->argv = NULL;
-	req->argvlen = NULL;
-
-	for (int i = 0; i < req->nnodes; i++)
-	{
-		votes[i] = req->results[i].vote;
-		flags[i] = req->results[i].flags;
-	}
-	(void) rl_decide_items(req->nnodes, votes, flags, nitems, tallies,
-						   decisions);
-}
-
-/*
- * Ask every node who holds key: each answer's reply_text is "" (nobody) or
- * "<lock value> <remaining ms>".
- */
-void
-rl_proto_holder(const char *key, int keylen, RlRequest *req)
-{
-	const char *argv[4];
-	size_t		argvlen[4];
-
-	eval_header(argv, argvlen, HOLDER_SCRIPT, sizeof(HOLDER_SCRIPT) - 1, "1");
-	argv[3] = key;
-	argvlen[3] = keylen;
-	request_init(req, RL_REPLY_STATUS, RL_GOAL_ALL, 4, argv, argvlen);
-	rl_nodes_run(req);
-	req->argv = NULL;
-	req->argvlen = NULL;
 }
