@@ -186,6 +186,25 @@ rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
 }
 
 /*
+ * argv[0..5] of a script on a resource's lock: EVAL, the script, 2 keys
+ * (the lock and the resource's fencing counter, which goes in ckey) and
+ * the first argument, a lock value.
+ */
+static void
+lock_call(const char **argv, size_t *argvlen, const char *script,
+		  size_t scriptlen, const char *key, int keylen, const char *resource,
+		  char *ckey, const char *owner)
+{
+	rl_proto_eval_header(argv, argvlen, script, scriptlen, "2");
+	argv[3] = key;
+	argvlen[3] = keylen;
+	argv[4] = ckey;
+	argvlen[4] = counter_key(ckey, resource);
+	argv[5] = owner;
+	argvlen[5] = strlen(owner);
+}
+
+/*
  * When a no-throw bulk release must stop waiting: one connect attempt and
  * one answer per node, whatever the number of leases.
  */
@@ -300,14 +319,8 @@ settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 					 errmsg("fencing counter on the Redis nodes is exhausted")));
 
 		/* write the token back where we hold the lock */
-		rl_proto_eval_header(argv, argvlen, WRITEBACK_SCRIPT,
-							 sizeof(WRITEBACK_SCRIPT) - 1, "2");
-		argv[3] = key;
-		argvlen[3] = keylen;
-		argv[4] = ckey;
-		argvlen[4] = counter_key(ckey, resource);
-		argv[5] = grant->owner;
-		argvlen[5] = strlen(grant->owner);
+		lock_call(argv, argvlen, WRITEBACK_SCRIPT, sizeof(WRITEBACK_SCRIPT) - 1,
+				  key, keylen, resource, ckey, grant->owner);
 		argv[6] = token_buf;
 		argvlen[6] = rl_format_counter(token, token_buf);
 		rl_proto_request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, 7, argv, argvlen);
@@ -364,13 +377,8 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	new_owner(grant->owner);
 	proposal = rl_propose_token(wall_clock_us(), rl_last_token);
 
-	rl_proto_eval_header(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1, "2");
-	argv[3] = key;
-	argvlen[3] = keylen;
-	argv[4] = ckey;
-	argvlen[4] = counter_key(ckey, resource);
-	argv[5] = grant->owner;
-	argvlen[5] = strlen(grant->owner);
+	lock_call(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1,
+			  key, keylen, resource, ckey, grant->owner);
 	argv[6] = ttl_buf;
 	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
 	argv[7] = proposal_buf;
@@ -412,13 +420,8 @@ rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 	char		proposal_buf[24];
 
 	out->proposal = rl_propose_token(wall_clock_us(), rl_last_token);
-	rl_proto_eval_header(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1, "2");
-	argv[3] = ours->key;
-	argvlen[3] = ours->keylen;
-	argv[4] = ckey;
-	argvlen[4] = counter_key(ckey, resource);
-	argv[5] = ours->owner;
-	argvlen[5] = strlen(ours->owner);
+	lock_call(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1,
+			  ours->key, ours->keylen, resource, ckey, ours->owner);
 	argv[6] = waiter_owner;
 	argvlen[6] = strlen(waiter_owner);
 	argv[7] = ttl_buf;
