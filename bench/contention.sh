@@ -331,6 +331,10 @@ SQL
 q -c "SELECT run, round(percentile_disc(0.5) WITHIN GROUP (ORDER BY us)::numeric, 0),
 	round(percentile_disc(0.99) WITHIN GROUP (ORDER BY us)::numeric, 0) FROM rtt GROUP BY run ORDER BY run" \
 	-F $'\t' > "$OUT/rtt.tsv"
+# two servers: transactions committed on each, lt/b per repeat
+q -c "SELECT kind, string_agg(n, ' ' ORDER BY run) FROM (SELECT run, kind, count(*) FILTER (WHERE srv = 'lt') || '/' ||
+	count(*) FILTER (WHERE srv = 'b') n FROM ev JOIN runs USING (run) WHERE cluster = 'lt+b' GROUP BY run, kind) x GROUP BY kind" \
+	-F $'\t' > "$OUT/split.tsv"
 # CDF of the lock wait, all repeats pooled
 for k in adv lt lt2 poll; do
 	q -F ' ' -c "SELECT w, (row_number() OVER (ORDER BY w))::float8 / count(*) OVER ()
@@ -431,6 +435,7 @@ horow() {
 	echo "On two servers, $M_lt2_16 % of the grants followed a holder on the other server"
 	echo "(per repeat: $(each lt2 16) %); the handoff p50 of those waiters that were"
 	echo "already waiting then: $M_lt2_17 ms (all handoffs of the runs: $M_lt2_10 ms; one server: $M_lt_10 ms)."
+	echo "Transactions committed on lt/b, per repeat: $(awk -F'\t' '$1 == "lt2" { print $2 }' "$OUT/split.tsv")."
 	echo
 	echo "The scripts are in \`bench/out-contention/{adv,rl,unc}.sql\`; each transaction is"
 	echo
@@ -504,7 +509,7 @@ if command -v gnuplot > /dev/null; then
 	set key bottom right
 	plot "$OUT/cdf_adv.dat" using (\$1 < 0.01 ? 0.01 : \$1):2 with lines lw 2 title "pg\\\\_advisory\\\\_xact\\\\_lock", \
 	     "$OUT/cdf_lt.dat" using (\$1 < 0.01 ? 0.01 : \$1):2 with lines lw 2 title "redlock, lock table (latch wake-up)", \
-	     "$OUT/cdf_lt2.dat" using (\$1 < 0.01 ? 0.01 : \$1):2 with lines lw 2 title "redlock, two servers, 4 + 4 clients (PUBLISH wake-up)", \
+	     "$OUT/cdf_lt2.dat" using (\$1 < 0.01 ? 0.01 : \$1):2 with lines lw 2 dt 2 title "redlock, two servers, 4 + 4 clients (PUBLISH wake-up)", \
 	     "$OUT/cdf_poll.dat" using (\$1 < 0.01 ? 0.01 : \$1):2 with lines lw 2 title "redlock, polling (retry\\\\_delay 200 ms)"
 	EOF
 else
