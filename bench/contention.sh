@@ -44,15 +44,17 @@
 #         the same time; each server updates its own hot table, the leases
 #         (and their tokens) on the 3 rows are shared through the nodes
 #   unc   redlock, 8 clients on 8 distinct rows (uncontended grants)
-#   ho_*  2 clients, 1 resource, no UPDATE (no WAL flush at commit): the
-#         handoff from one holder to the waiter; ho_lt2 has one client on
+#   ho_*  2 clients, 1 resource, no UPDATE: the handoff from one holder to
+#         the waiter, with session locks released by an explicit unlock
+#         (pg_advisory_unlock, redlock_unlock); ho_lt2 has one client on
 #         lt and one on b, so every handoff crosses servers
 # Every transaction records when its lock statement started (t0), when the
 # lock was granted (t1, clock_timestamp() right after the lock call in the
-# same target list) and when its critical section ended (t2, just before
-# COMMIT) in an unlogged table; the lock wait is t1 - t0, the handoff is
-# t1 of a grant minus t2 of the previous holder of the same row when the
-# new holder was already waiting then.  The two servers of lt2/ho_lt2 run on
+# same target list) and when its critical section ended (t2: just before
+# COMMIT; in the ho_* runs, just before the unlock call in its target list)
+# in an unlogged table; the lock wait is t1 - t0, the handoff is t1 of a
+# grant minus t2 of the previous holder of the same row when the new holder
+# was already waiting then: release to grant.  The two servers of lt2/ho_lt2 run on
 # this machine and read the same clock, so their events are merged into one
 # run: TPS is the sum of the two pgbench runs, the percentiles are over the
 # transactions of both, EVALs per grant over the grants of both.
@@ -147,7 +149,11 @@ trap 'exit 130' INT TERM
 echo "== 5 Redis nodes, three clusters" >&2
 NODES=$(bash test/redis-nodes.sh start "$work/redis" 5)
 PORTS=$(echo "$NODES" | tr ',' '\n' | sed 's/.*://')
-common=(synchronous_commit=on fsync=on jit=off max_connections=40 "redlock.nodes=$NODES")
+# node_timeout 500 ms instead of 50: on a shared 2-core machine a node
+# kept off the CPU for 50 ms would abort a pgbench client; it changes no
+# round that gets its answers
+common=(synchronous_commit=on fsync=on jit=off max_connections=40 "redlock.nodes=$NODES"
+	redlock.node_timeout=500ms)
 bash test/pg-cluster.sh start "$work/lt" shared_preload_libraries=redlock "${common[@]}" > /dev/null
 bash test/pg-cluster.sh start "$work/b" shared_preload_libraries=redlock "${common[@]}" > /dev/null
 bash test/pg-cluster.sh start "$work/poll" "${common[@]}" > /dev/null
@@ -209,8 +215,25 @@ mk() {	# mk NAME ID-EXPR LOCK UPDATE
 mk adv "random(1, $HOT)" "$ADV_LOCK" "UPDATE hot_adv SET v = v + 1 WHERE id = :id;"
 mk rl "random(1, $HOT)" "$RL_LOCK" "UPDATE hot SET v = v + 1 WHERE id = :id;"
 mk unc ":client_id + 1" "$RL_LOCK" "UPDATE hot SET v = v + 1 WHERE id = :id;"
-mk ho_adv "1" "$ADV_LOCK" ""
-mk ho_rl "1" "$RL_LOCK" ""
+# the handoff runs release explicitly: t2 is taken in the target list of
+# the unlock call, just before it, so a handoff is release to grant
+HO_ADV_LOCK="SELECT $LOCK_T0, pg_advisory_lock(:id), $LOCK_T1;"
+HO_RL_LOCK="SELECT $LOCK_T0, redlock_lock('row:' || :id), $LOCK_T1;"
+HO_T2="set_config('bench.t2', clock_timestamp()::text, true)"
+HO_EV="INSERT INTO ev SELECT :run, :id, pg_backend_pid(), current_setting('bench.t0')::timestamptz, current_setting('bench.t1')::timestamptz, current_setting('bench.t2')::timestamptz;"
+mkho() {	# mkho NAME LOCK UNLOCK-CALL
+	{
+		echo "\\set id 1"
+		echo "BEGIN;"
+		echo "$2"
+		echo "SELECT pg_sleep(0.002);"
+		echo "SELECT $HO_T2, $3;"
+		echo "$HO_EV"
+		echo "COMMIT;"
+	} > "$OUT/$1.sql"
+}
+mkho ho_adv "$HO_ADV_LOCK" "pg_advisory_unlock(:id)"
+mkho ho_rl "$HO_RL_LOCK" "redlock_unlock('row:' || :id)"
 
 # ---------------------------------------------------------------- measuring
 evals() {	# EVAL + EVALSHA calls summed over the 5 nodes
@@ -453,16 +476,24 @@ horow() {
 	echo "nodes (INFO commandstats before and after the run) divided by the committed"
 	echo "transactions. An uncontended grant is 5 acquire + 5 release EVALs."
 	echo "Redlock rounds / grant: acquire attempts (\`redlock_stats.attempts\`, summed"
-	echo "over the servers of the run) per committed transaction; a refused round costs"
-	echo "10 EVALs too: 5 to ask, and 5 to release it everywhere without waiting."
+	echo "over the servers of the run) per committed transaction. A refused round costs"
+	echo "5 EVALs to ask, plus one per node that granted it or did not answer (the"
+	echo "withdrawal); a grant handed over at release costs no round of its own (the"
+	echo "holder's release round takes the lock for the waiter: 5 EVALs for both)."
 	echo
 	echo "## Handoff: 2 clients, 1 resource, 2 ms critical section, no UPDATE (\`-c 2 -T $HO_SECS\`)"
 	echo
-	echo "Handoff = grant of a waiter - end of the previous holder's critical section"
-	echo "(\`clock_timestamp()\` in the statement before its COMMIT), for every grant whose"
-	echo "waiter was already waiting then. It includes the holder's COMMIT round trip"
-	echo "(pgbench to server), the commit itself (no WAL flush: nothing logged) and the"
-	echo "release, so advisory's handoff is the floor."
+	echo "Session locks released explicitly: each transaction is"
+	echo
+	echo '\`\`\`sql'
+	cat "$OUT/ho_rl.sql"
+	echo '\`\`\`'
+	echo
+	echo "Handoff = grant of a waiter (\`clock_timestamp()\` right after its lock call)"
+	echo "- release by the holder (\`clock_timestamp()\` right before its unlock call, in"
+	echo "the same target list), for every grant whose waiter was already waiting then."
+	echo "Advisory's (\`pg_advisory_lock\` / \`pg_advisory_unlock\`) is the floor: waking"
+	echo "a waiter and its statement's return."
 	echo
 	echo "| lock | handoff p50 ms | p50 per repeat | handoff p99 ms | handoffs (median per run) | TPS | EVALs / grant | Redlock rounds / grant |"
 	echo "|---|---:|---|---:|---:|---:|---:|---:|"
