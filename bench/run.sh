@@ -393,14 +393,14 @@ set ylabel "fraction of calls <= x"
 set grid
 set key bottom right
 set yrange [0:1]
-set title "redlock_try_lock (same resource: solid; distinct: dashed)"
+set title "redlock\\\\_try\\\\_lock (same resource: solid; distinct: dashed)"
 plot "$OUT/cdf_n5s_acquire.dat" u 1:2 w l lw 2 lc 1 t "healthy", \
      "$OUT/cdf_d1s_acquire.dat" u 1:2 w l lw 2 lc 2 t "1 stopped", \
      "$OUT/cdf_d2s_acquire.dat" u 1:2 w l lw 2 lc 7 t "2 stopped", \
      "$OUT/cdf_n5d_acquire.dat" u 1:2 w l dt 2 lc 1 t "healthy, distinct", \
      "$OUT/cdf_d1d_acquire.dat" u 1:2 w l dt 2 lc 2 t "1 stopped, distinct", \
      "$OUT/cdf_d2d_acquire.dat" u 1:2 w l dt 2 lc 7 t "2 stopped, distinct"
-set title "redlock_unlock"
+set title "redlock\\\\_unlock"
 plot "$OUT/cdf_n5s_release.dat" u 1:2 w l lw 2 lc 1 t "healthy", \
      "$OUT/cdf_d1s_release.dat" u 1:2 w l lw 2 lc 2 t "1 stopped", \
      "$OUT/cdf_d2s_release.dat" u 1:2 w l lw 2 lc 7 t "2 stopped", \
