@@ -41,7 +41,7 @@ rl_nodes_set_push_handler(RlPushHandler handler)
  * which we do not count as replies)?  Hands messages to the handler.
  */
 static bool
-take_push(redisReply *reply)
+take_push(RlNode *node, redisReply *reply)
 {
 	const redisReply *kind;
 
@@ -54,7 +54,8 @@ take_push(redisReply *reply)
 	if (kind->len == 7 && memcmp(kind->str, "message", 7) == 0)
 	{
 		if (reply->element[1]->type == REDIS_REPLY_STRING)
-			rl_push_handler(reply->element[1]->str, reply->element[1]->len);
+			rl_push_handler((int) (node - rl_nodes), reply->element[1]->str,
+							reply->element[1]->len);
 		return true;
 	}
 	return (kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0) ||
@@ -384,7 +385,7 @@ pipeline_read(RlNode *node, RlRequest *req)
 			return;
 		reply = (redisReply *) r;
 
-		if (take_push(reply))
+		if (take_push(node, reply))
 		{
 			freeReplyObject(reply);
 			node_answering(node);

@@ -86,9 +86,9 @@ extern int	rl_nodes_open_connections(void);
 
 /*
  * Pub/sub: messages a node pushes (["message", channel, payload]) go to the
- * push handler instead of being matched to requests.
+ * push handler, with the node's index, instead of being matched to requests.
  */
-typedef void (*RlPushHandler) (const char *channel, size_t len);
+typedef void (*RlPushHandler) (int node, const char *channel, size_t len);
 extern void rl_nodes_set_push_handler(RlPushHandler handler);
 extern uint64_t rl_node_connection_serial(int i);
 extern bool rl_node_connected(int i);

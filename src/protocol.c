@@ -88,6 +88,18 @@ static const char RELEASE_SCRIPT[] =
 "end\n"
 "return n\n";
 
+/*
+ * The withdrawal of an attempt that was not granted: RELEASE_SCRIPT for
+ * one key, announcing nothing.  The lock was never ours on a majority, so
+ * nobody waits for it to go; a publish would wake every waiter, ours
+ * included, only to be refused again by the holder.
+ */
+static const char WITHDRAW_SCRIPT[] =
+"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+"  return redis.call('DEL', KEYS[1])\n"
+"end\n"
+"return 0\n";
+
 static int64 rl_last_token = 0;
 
 /*
@@ -257,7 +269,7 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 	req->argvlen = NULL;
 }
 
-/* Release one lease without waiting (after a failed attempt). */
+/* Release one lease without waiting (an interrupted attempt). */
 static void
 release_nowait(const char *key, int keylen, const char *owner, bool nothrow)
 {
@@ -265,6 +277,31 @@ release_nowait(const char *key, int keylen, const char *owner, bool nothrow)
 	RlRequest	req;
 
 	rl_proto_release(&item, 1, false, nothrow, 0, NULL, &req);
+}
+
+/*
+ * Withdraw an attempt that was not granted, without waiting: on every node
+ * but those that refused it (nothing of ours was set there), including the
+ * ones that did not answer.  Must-deliver, like a release.
+ */
+static void
+withdraw_attempt(const char *key, int keylen, const char *owner,
+				 const bool *refused)
+{
+	const char *argv[5];
+	size_t		argvlen[5];
+	RlRequest	req;
+
+	rl_proto_eval_header(argv, argvlen, WITHDRAW_SCRIPT,
+						 sizeof(WITHDRAW_SCRIPT) - 1, "1");
+	argv[3] = key;
+	argvlen[3] = keylen;
+	argv[4] = owner;
+	argvlen[4] = strlen(owner);
+	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 5, argv, argvlen);
+	req.must_deliver = true;
+	memcpy(req.skip, refused, sizeof(req.skip));
+	rl_nodes_send(&req);
 }
 
 /* From here on an error must not leave the lease of owner behind. */
@@ -293,6 +330,11 @@ settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 	int			ncounters = 0;
 	int64		token;
 	RlAttempt	result;
+	bool		refused[RL_MAX_NODES] = {0};
+
+	/* where the attempt's own round was refused, nothing of ours is set */
+	for (int i = 0; i < req->nnodes; i++)
+		refused[i] = req->results[i].vote == RL_VOTE_NO;
 
 	if (req->decision != RL_WON)
 	{
@@ -351,8 +393,7 @@ settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 	return RL_ATTEMPT_GRANTED;
 
 failed:
-	/* release everywhere, also where no reply came; do not wait */
-	release_nowait(key, keylen, grant->owner, false);
+	withdraw_attempt(key, keylen, grant->owner, refused);
 	rl_in_flight.active = false;
 	return result;
 }

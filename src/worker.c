@@ -23,7 +23,9 @@
  * The wake-up worker subscribes, on every node, to the channels of the lock
  * keys that backends of this server wait for; every release publishes on
  * its key's channel (protocol.c), so a release on any server sharing the
- * nodes wakes the first local waiter at once.  A missed message (a node
+ * nodes wakes the first local waiter as soon as a majority of the nodes
+ * have announced it (a failed attempt withdraws itself silently: nobody
+ * waits for a lock that was never held).  A missed message (a node
  * down, the worker restarting) costs latency only: waiters still wake at
  * redlock.retry_delay.
  *
@@ -33,12 +35,14 @@
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/pg_bitutils.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 
 #include "lifecycle.h"
@@ -201,10 +205,75 @@ redlock_worker_main(Datum main_arg)
 
 /* ---------- the wake-up worker ---------- */
 
-static void
-on_release(const char *channel, size_t len)
+/*
+ * Releases heard, per lock key.  A release publishes on every node it
+ * reaches, so one release is heard up to once per node: the first waiter
+ * here is woken once a majority of the nodes have published (before that
+ * the lock is not free where it counts, and asking would only be refused),
+ * or node_timeout after the first one at the latest (a node that never
+ * says so must not hold the waiter up).
+ */
+typedef struct RlHeard
 {
-	rl_lock_table_wake_key(channel, len);
+	char		key[RL_KEY_MAX + 1];	/* hash key */
+	uint32		nodes;			/* bit i: node i published */
+	int64_t		first_us;
+} RlHeard;
+
+static HTAB *rl_heard = NULL;
+
+static void
+on_release(int node, const char *channel, size_t len)
+{
+	char		key[RL_KEY_MAX + 1];
+	RlHeard    *h;
+	bool		found;
+
+	if (len > RL_KEY_MAX)
+		return;
+	memcpy(key, channel, len);
+	key[len] = '\0';
+	h = hash_search(rl_heard, key, HASH_ENTER, &found);
+	if (!found)
+	{
+		h->nodes = 0;
+		h->first_us = rl_now_us();
+	}
+	h->nodes |= (uint32) 1 << node;
+	if (pg_popcount32(h->nodes) >= rl_majority(rl_nodes_count()))
+	{
+		rl_lock_table_wake_key(key, len);
+		hash_search(rl_heard, key, HASH_REMOVE, NULL);
+	}
+}
+
+/*
+ * Wake the waiters of releases heard from fewer than a majority for
+ * node_timeout; returns the milliseconds until the next such deadline (at
+ * most a second).
+ */
+static long
+wake_overdue(void)
+{
+	HASH_SEQ_STATUS status;
+	RlHeard    *h;
+	int64_t		now = rl_now_us();
+	long		next_ms = 1000;
+
+	hash_seq_init(&status, rl_heard);
+	while ((h = hash_seq_search(&status)) != NULL)
+	{
+		int64_t		due = h->first_us + (int64_t) rl_node_timeout_ms * 1000;
+
+		if (due <= now)
+		{
+			rl_lock_table_wake_key(h->key, strlen(h->key));
+			hash_search(rl_heard, h->key, HASH_REMOVE, NULL);
+		}
+		else
+			next_ms = Min(next_ms, (long) ((due - now + 999) / 1000));
+	}
+	return next_ms;
 }
 
 /* (UN)SUBSCRIBE the keys on the nodes not skipped; no reply is owed. */
@@ -268,6 +337,15 @@ redlock_wakeup_main(Datum main_arg)
 	wanted = MemoryContextAlloc(TopMemoryContext, RL_WAKEUP_MAX_KEYS * (RL_KEY_MAX + 1));
 	subscribed = MemoryContextAlloc(TopMemoryContext, RL_WAKEUP_MAX_KEYS * (RL_KEY_MAX + 1));
 	diff = MemoryContextAlloc(TopMemoryContext, RL_WAKEUP_MAX_KEYS * (RL_KEY_MAX + 1));
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = RL_KEY_MAX + 1;
+		ctl.entrysize = sizeof(RlHeard);
+		ctl.hcxt = TopMemoryContext;
+		rl_heard = hash_create("redlock releases heard", 64, &ctl,
+							   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
 	rl_nodes_set_push_handler(on_release);
 
 	for (;;)
@@ -316,7 +394,10 @@ redlock_wakeup_main(Datum main_arg)
 			memcpy(serials, snap, sizeof(serials));
 		}
 
-		/* messages, or a new waiter (the latch), or a look every second */
-		rl_nodes_wait_pushes(1000);
+		/*
+		 * messages, a new waiter (the latch), a release heard from too few
+		 * nodes for too long, or a look every second
+		 */
+		rl_nodes_wait_pushes(wake_overdue());
 	}
 }

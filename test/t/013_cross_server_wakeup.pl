@@ -113,6 +113,37 @@ $w->query_safe("SELECT redlock_unlock('x:c')");
 $w->quit;
 $h->quit;
 
+# --- a release heard from a minority of the nodes does not wake the waiter
+# (the lock is not free where it counts, asking would only be refused); a
+# majority does.  The worker gives a minority node_timeout, 10 s here, before
+# it wakes the waiter anyway.
+$west->safe_psql('postgres', "ALTER SYSTEM SET redlock.node_timeout = '10s'; SELECT pg_reload_conf()");
+$h = $east->background_psql('postgres', on_error_stop => 0);
+$h->query_safe("SELECT redlock_lock('x:m', 60000)");
+$w = west_waiter('x:m');
+$west->poll_query_until('postgres',
+	"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE query LIKE '%x:m%' AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
+  or die 'the west waiter is not asleep';
+my $attempts = sub { $west->safe_psql('postgres', 'SELECT attempts FROM redlock_stats') };
+my $a0 = $attempts->();
+$redis[0]->cli('PUBLISH', 'redlock:lock:x:m', '');
+sleep 1;
+is($attempts->(), $a0, 'a release heard from one node of three does not wake the waiter');
+$redis[1]->cli('PUBLISH', 'redlock:lock:x:m', '');
+my $woke = 0;
+for (1 .. 50)
+{
+	$woke = 1, last if $attempts->() > $a0;
+	usleep(100_000);
+}
+ok($woke, 'heard from a majority, it asks the nodes at once (and is refused: east still holds)');
+$h->query_safe("SELECT redlock_unlock('x:m')");
+like($w->query_safe('SELECT :got'), qr/^\d+$/, 'and the real release grants it');
+$w->query_safe("SELECT redlock_unlock('x:m')");
+$w->quit;
+$h->quit;
+$west->safe_psql('postgres', "ALTER SYSTEM RESET redlock.node_timeout; SELECT pg_reload_conf()");
+
 # --- who holds a resource, asked from the other server
 $h = $east->background_psql('postgres', on_error_stop => 0);
 my $epid = $h->query_safe("SELECT pg_backend_pid(); SELECT redlock_lock('x:who', 60000) \\g /dev/null");

@@ -144,6 +144,31 @@ ok(wait_for(sub { join(' ', map { values_of("ho:m$_") } 1 .. 3) eq join(' ', ('-
 $w1->quit;
 $w2->quit;
 
+# --- a refused attempt withdraws only where it may have set something, and
+# announces nothing (nobody waits for a lock that was never held)
+sub publishes
+{
+	my $n = 0;
+	for my $r (@redis)
+	{
+		my $info = $r->cli('INFO', 'commandstats');
+		$n += $1 if $info =~ /^cmdstat_publish:calls=(\d+)/m;
+	}
+	return $n;
+}
+$h->query_safe("SELECT redlock_lock('ho:r', 60000)");
+($e0, my $p0) = (evals(), publishes());
+is($pg->safe_psql('postgres', "SELECT redlock_try_lock('ho:r') IS NULL"), 't', 'a second session is refused');
+is(evals() - $e0, scalar @redis, 'refused by every node: one EVAL per node, nothing to withdraw');
+$redis[0]->cli('DEL', 'redlock:lock:ho:r');    # as if the holder's grant never reached it
+$e0 = evals();
+is($pg->safe_psql('postgres', "SELECT redlock_try_lock('ho:r') IS NULL"), 't', 'refused again');
+ok(wait_for(sub { evals() - $e0 == @redis + 1 }),
+	'granted by one node only: the withdrawal goes to that node alone');
+is($redis[0]->cli('EXISTS', 'redlock:lock:ho:r'), '0', 'which no longer holds it');
+is(publishes() - $p0, 0, 'and no refused attempt published anything');
+$h->query_safe("SELECT redlock_unlock('ho:r')");
+
 # --- the waiter gives up while the holder hands it the lease: two of the
 # three nodes are stopped, so the holder's round waits for its node_timeout
 $h->query_safe("SELECT redlock_lock('ho:g', 60000)");
