@@ -443,9 +443,9 @@ horow() {
 	echo
 	echo "Session locks released explicitly: each transaction is"
 	echo
-	echo '\`\`\`sql'
+	echo '```sql'
 	cat "$OUT/ho_rl.sql"
-	echo '\`\`\`'
+	echo '```'
 	echo
 	echo "Handoff = grant of a waiter (\`clock_timestamp()\` right after its lock call)"
 	echo "- release by the holder (\`clock_timestamp()\` right before its unlock call, in"
