@@ -94,69 +94,27 @@ cd "$top"
 START_TS=$(date +%s)
 DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 
-if [ -z "$pg_config" ]; then
-	bash test/install-deps.sh
-	pg_config=/usr/lib/postgresql/15/bin/pg_config
-else
-	bash test/install-deps.sh --without-postgresql
-fi
-[ -x "$pg_config" ] || { echo "contention: $pg_config is not an executable pg_config" >&2; exit 2; }
-pg_config=$(cd "$(dirname "$pg_config")" && pwd)/$(basename "$pg_config")
-
-if [ -n "$private" ]; then
-	# a relocated copy: bindir's parent (bin, lib), sharedir, include dirs
-	mkdir -p "$private"
-	private=$(cd "$private" && pwd)
-	src_bindir=$("$pg_config" --bindir)
-	for d in "$(dirname "$src_bindir")" "$("$pg_config" --sharedir)" \
-		"$("$pg_config" --pkgincludedir)" "$("$pg_config" --includedir-server)" \
-		"$("$pg_config" --pkglibdir)"; do
-		[ -d "$d" ] || continue
-		[ -d "$private$d" ] && continue
-		mkdir -p "$private$(dirname "$d")"
-		cp -a "$d" "$private$(dirname "$d")/"
-	done
-	pg_config=$private$src_bindir/$(basename "$pg_config")
-	[ "$("$pg_config" --bindir)" = "$private$src_bindir" ] ||
-		{ echo "contention: the copy of pg_config does not relocate ($("$pg_config" --bindir))" >&2; exit 1; }
-fi
-export PG_CONFIG=$pg_config
-bindir=$("$PG_CONFIG" --bindir)
-export PATH="$bindir:$PATH"
-command -v pgbench > /dev/null || { echo "contention: no pgbench in $bindir or PATH" >&2; exit 1; }
-echo "== $("$PG_CONFIG" --version), from $PG_CONFIG" >&2
-
-echo "== build and install" >&2
-make -s clean PG_CONFIG="$PG_CONFIG" > /dev/null
-make -s PG_CONFIG="$PG_CONFIG" > /dev/null
-make -s install PG_CONFIG="$PG_CONFIG" > /dev/null
+. "$top/bench/lib.sh"
+bench_pg "$pg_config" "$private"
+bench_build
 
 OUT=$top/bench/out-contention
 rm -rf "$OUT"
 mkdir -p "$OUT"
-work=$(mktemp -d /tmp/redlock-contention.XXXXXX)
-chmod 755 "$work"
-cleanup() {
-	bash "$top/test/pg-cluster.sh" stop "$work/lt" || true
-	bash "$top/test/pg-cluster.sh" stop "$work/b" || true
-	bash "$top/test/pg-cluster.sh" stop "$work/poll" || true
-	bash "$top/test/redis-nodes.sh" stop "$work/redis" || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_workdir contention	# stops every cluster and node under it at exit
+work=$BENCH_WORK
 
 echo "== 5 Redis nodes, three clusters" >&2
-NODES=$(bash test/redis-nodes.sh start "$work/redis" 5)
+NODES=$(bench_nodes redis 5)
 PORTS=$(echo "$NODES" | tr ',' '\n' | sed 's/.*://')
 # node_timeout 500 ms instead of 50: on a shared 2-core machine a node
 # kept off the CPU for 50 ms would abort a pgbench client; it changes no
 # round that gets its answers
 common=(synchronous_commit=on fsync=on jit=off max_connections=40 "redlock.nodes=$NODES"
 	redlock.node_timeout=500ms)
-bash test/pg-cluster.sh start "$work/lt" shared_preload_libraries=redlock "${common[@]}" > /dev/null
-bash test/pg-cluster.sh start "$work/b" shared_preload_libraries=redlock "${common[@]}" > /dev/null
-bash test/pg-cluster.sh start "$work/poll" "${common[@]}" > /dev/null
+bench_cluster lt shared_preload_libraries=redlock "${common[@]}"
+bench_cluster b shared_preload_libraries=redlock "${common[@]}"
+bench_cluster poll "${common[@]}"
 
 # use CLUSTER: the environment of that cluster
 use() { unset PGHOST PGPORT PGUSER PGDATABASE; . "$work/$1/env"; }

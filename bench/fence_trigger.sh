@@ -11,22 +11,43 @@
 # (the row is locked and both versions materialised before any trigger
 # runs), so the second ratio compares the functions' own work above it.
 #
-#   bash bench/fence_trigger.sh [ROWS] [ROUNDS]      (defaults 200000 7)
+#   bash bench/fence_trigger.sh [--pg-config PATH] [--private-copy DIR]
+#                               [ROWS] [ROUNDS]      (defaults 200000 7)
 #
-# Needs the extension installed (make install) and pg_virtualenv; no Redis.
+# Builds and installs the extension into the PostgreSQL installation of
+# --pg-config, or into a private copy of it (--private-copy DIR, see
+# bench/lib.sh), and runs one throwaway cluster on a unix socket
+# (test/pg-cluster.sh, fsync off as pg_virtualenv had it); no Redis.
 # Two workloads: "column" (the UPDATE sets the token column) and "setting"
 # (SET LOCAL redlock.fence_token; the trigger stamps it into the row).
 # Times are the server's EXPLAIN ANALYZE execution time (no parse, plan or
 # network), with a VACUUM of the table before each timed UPDATE.
 set -euo pipefail
 
-rows=${1:-200000}
-rounds=${2:-7}
+usage() {
+	echo "usage: bash bench/fence_trigger.sh $BENCH_PG_OPTIONS [ROWS] [ROUNDS]" >&2
+	exit 2
+}
 
-if [ -z "${FENCE_BENCH_INNER:-}" ]; then
-	export PATH="/usr/lib/postgresql/15/bin:$PATH"
-	exec pg_virtualenv env FENCE_BENCH_INNER=1 bash "$0" "$rows" "$rounds"
-fi
+. "$(dirname "$0")/lib.sh"
+args=()
+while [ $# -gt 0 ]; do
+	if bench_pg_option "$@"; then shift "$BENCH_SHIFT"; continue; fi
+	case "$1" in
+	[0-9]*) args+=("$1"); shift ;;
+	*) usage ;;
+	esac
+done
+[ ${#args[@]} -le 2 ] || usage
+rows=${args[0]:-200000}
+rounds=${args[1]:-7}
+
+bench_pg "$bench_pg_config" "$bench_private"
+bench_build
+bench_workdir fence
+busy=$(bench_idle_busy)
+bench_cluster pg fsync=off
+bench_use pg
 
 export PGOPTIONS="-c jit=off"
 psql_q() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
@@ -140,7 +161,7 @@ for workload in column setting; do
 	done
 done
 
-echo "fence trigger cost: UPDATE of $rows rows, median of $rounds interleaved rounds (PostgreSQL $(psql_q -c 'SHOW server_version'))"
+echo "fence trigger cost: UPDATE of $rows rows, median of $rounds interleaved rounds (PostgreSQL $(psql_q -c 'SHOW server_version'); the machine was $busy% busy over 3 s before, with none of this load)"
 echo
 echo "| workload | trigger | median ms | ns/row | overhead ns/row |"
 echo "|---|---|---:|---:|---:|"

@@ -1,35 +1,46 @@
 #!/usr/bin/env bash
 # Profiles behind bench/RESULTS.md's misses (not part of the timed run):
-#   bash bench/profile.sh          -> bench/out/profile/*.txt, summary on stdout
-# Needs linux-perf and strace (installed here if missing), the extension
-# installed (bench/run.sh does it).  Own redis nodes on 127.0.0.1:36389-36393.
+#   bash bench/profile.sh [--pg-config PATH] [--private-copy DIR]
+#       -> bench/out/profile/*.txt, summary on stdout
+# Needs linux-perf and strace (installed here if missing).  Builds and
+# installs the extension into the PostgreSQL installation of --pg-config,
+# or into a private copy of it (--private-copy DIR, see bench/lib.sh), and
+# starts its own 5 redis nodes on free loopback ports (test/redis-nodes.sh)
+# and a throwaway cluster on a unix socket (test/pg-cluster.sh).
 #  A. syscalls per cycle of one backend (strace -c over a 3000-cycle loop)
 #  B. perf record -g of that backend over a 10000-cycle loop (cpu-clock)
 #  C. perf record of one redis node over the same kind of loop
 #  D. redis-server CPU per command: PING, SET, EVAL / EVALSHA of the release script
 #  E. system-wide CPU by process during 16 pgbench clients on distinct resources
 set -eu
+
+usage() {
+	echo "usage: bash bench/profile.sh $BENCH_PG_OPTIONS" >&2
+	exit 2
+}
+
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+. "$ROOT/bench/lib.sh"
 P=$ROOT/bench/out/profile
-BASE=36389
-export PATH="/usr/lib/postgresql/15/bin:$PATH"
+while [ $# -gt 0 ]; do
+	bench_pg_option "$@" || usage
+	shift "$BENCH_SHIFT"
+done
 
-if [ -z "${RL_PROF_INNER:-}" ]; then
-	for p in linux-perf strace; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
-	done
-	rm -rf "$P"; mkdir -p "$P"; chmod 0777 "$P"
-	trap 'bash test/redis-nodes.sh stop "$P/redis"' EXIT
-	bash test/redis-nodes.sh start "$P/redis" "$BASE" 5
-	RL_PROF_INNER=1 pg_virtualenv -o max_connections=100 -o jit=off bash "$ROOT/bench/profile.sh"
-	exit 0
-fi
+bench_pg "$bench_pg_config" "$bench_private"
+bench_need linux-perf strace
+bench_build
+rm -rf "$P"; mkdir -p "$P"
+bench_workdir profile
+echo "== the machine was $(bench_idle_busy)% busy (all CPUs, $(nproc) CPUs) over 3 s, with none of this load" | tee "$P/idle_busy.txt"
+NODES=$(bench_nodes redis 5)
+BASE=${NODES%%,*}; BASE=${BASE##*:}	# the node profiled in C and D
+bench_cluster pg max_connections=100 jit=off fsync=off
+bench_use pg
 
 q() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
-NODES=127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2)),127.0.0.1:$((BASE + 3)),127.0.0.1:$((BASE + 4))
-rpid() { cat "$P/redis/$1/pid"; }
+rpid() { bench_node_pid redis "$1"; }
 q <<SQL
 CREATE EXTENSION redlock;
 ALTER SYSTEM SET redlock.nodes = '$NODES';

@@ -1,29 +1,44 @@
 #!/usr/bin/env bash
 # The redlock benchmark suite (issue 5), in one command:
 #
-#   bash bench/run.sh            full run (about 10 minutes on 2 cores)
-#   bash bench/run.sh --quick    smoke run (about 2 minutes), same outputs
+#   bash bench/run.sh [--quick] [--pg-config PATH] [--private-copy DIR]
+#
+#   (no option)      full run (about 10 minutes on 2 cores)
+#   --quick          smoke run (about 2 minutes), same outputs
+#   --pg-config, --private-copy   which PostgreSQL installation to build,
+#                    install and run in, or a private copy of it: see
+#                    bench/lib.sh (e.g. --private-copy /tmp/pgcopy leaves the
+#                    shared installation alone)
 #
 # Installs what it needs from Debian's packages, builds and installs the
-# extension, starts 5 redis-server nodes on 127.0.0.1:36379-36383 and a
-# throwaway PostgreSQL cluster (pg_virtualenv, fsync on), measures redlock
-# side by side with its floor, stops everything, writes bench/RESULTS.md and
-# bench/latency_cdf.png, and prints the results.  Raw data: bench/out/.
+# extension, starts 5 redis-server nodes on free loopback ports
+# (test/redis-nodes.sh) and a throwaway PostgreSQL cluster on a unix socket
+# (test/pg-cluster.sh, fsync on), measures redlock side by side with its
+# floor, stops everything, runs bench/fence_trigger.sh, writes
+# bench/RESULTS.md and bench/latency_cdf.png, and prints the results.
+# Raw data: bench/out/.
 #
 # Every figure is the median over REPS repeats run interleaved in this one
 # run; ratios are taken between medians of this run.
 set -euo pipefail
 
+usage() {
+	echo "usage: bash bench/run.sh [--quick] $BENCH_PG_OPTIONS" >&2
+	exit 2
+}
+
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+. "$ROOT/bench/lib.sh"
 OUT=$ROOT/bench/out
-BASEPORT=36379
 NNODES=5
 QUICK=0
-for a in "$@"; do
-	case "$a" in
-	--quick) QUICK=1 ;;
-	*) echo "usage: bash bench/run.sh [--quick]" >&2; exit 2 ;;
+RL_BENCH_CMD="bash bench/run.sh${*:+ $*}"
+while [ $# -gt 0 ]; do
+	if bench_pg_option "$@"; then shift "$BENCH_SHIFT"; continue; fi
+	case "$1" in
+	--quick) QUICK=1; shift ;;
+	*) usage ;;
 	esac
 done
 if [ "$QUICK" = 1 ]; then
@@ -33,87 +48,27 @@ else
 	REPS=3 CYCLES=10000 WARM=500 PGB_T=10 FENCE_T=6 FLOOR_T=5 REFUSALS=20 REUSE=10000
 	FENCE_BENCH_ARGS="200000 5"
 fi
-export ROOT OUT BASEPORT NNODES QUICK REPS CYCLES WARM PGB_T FENCE_T FLOOR_T REFUSALS REUSE
-export PATH="/usr/lib/postgresql/15/bin:$PATH"
+START_TS=$(date +%s)
+RL_BENCH_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 
-# ---------------------------------------------------------------- outer part
-if [ -z "${RL_BENCH_INNER:-}" ]; then
-	START_TS=$(date +%s)
-	export RL_BENCH_CMD="bash bench/run.sh${*:+ $*}"
-	export RL_BENCH_DATE
-	RL_BENCH_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+bench_pg "$bench_pg_config" "$bench_private"
+bench_need gnuplot-nox redis-tools gawk
+bench_build
 
-	echo "== installing dependencies" >&2
-	bash test/install-deps.sh
-	extra=()
-	for p in gnuplot-nox redis-tools postgresql-contrib-15 gawk; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
-			extra+=("$p")
-	done
-	# postgresql-contrib-15 is a virtual package provided by postgresql-15
-	if [ ${#extra[@]} -gt 0 ]; then
-		real=()
-		for p in "${extra[@]}"; do
-			[ "$p" = postgresql-contrib-15 ] && command -v pgbench >/dev/null && continue
-			real+=("$p")
-		done
-		if [ ${#real[@]} -gt 0 ]; then
-			export DEBIAN_FRONTEND=noninteractive
-			apt-get update -qq
-			apt-get install -y -qq --no-install-recommends "${real[@]}" >/dev/null
-		fi
-	fi
+rm -rf "$OUT"
+mkdir -p "$OUT/pgb"
+bench_workdir bench
 
-	echo "== building and installing the extension" >&2
-	make -s >/dev/null
-	make -s install >/dev/null
+echo "== $NNODES redis nodes on free loopback ports, a throwaway cluster; measuring" >&2
+NODES5=$(bench_nodes redis "$NNODES")
+IFS=' ' read -r -a PORTS <<< "$(echo "$NODES5" | tr ',' '\n' | sed 's/.*://' | tr '\n' ' ')"
+NODES3=$(echo "$NODES5" | cut -d, -f1-3)
+NODES1=$(echo "$NODES5" | cut -d, -f1)
+bench_cluster pg max_connections=100 fsync=on jit=off
+bench_use pg
 
-	rm -rf "$OUT"
-	mkdir -p "$OUT"
-	chmod 0777 "$OUT"
-	REDIS_DIR=$OUT/redis
-	cleanup() {
-		for pf in "$REDIS_DIR"/*/pid; do
-			[ -f "$pf" ] && kill -CONT "$(cat "$pf")" 2>/dev/null || true
-		done
-		bash "$ROOT/test/redis-nodes.sh" stop "$REDIS_DIR" || true
-	}
-	trap cleanup EXIT
-	trap 'exit 130' INT TERM
-
-	echo "== starting $NNODES redis nodes on ports $BASEPORT-$((BASEPORT + NNODES - 1))" >&2
-	bash test/redis-nodes.sh start "$REDIS_DIR" "$BASEPORT" "$NNODES"
-
-	echo "== throwaway cluster; measuring" >&2
-	pg_virtualenv -o max_connections=100 -o fsync=on -o jit=off \
-		env RL_BENCH_INNER=1 bash "$ROOT/bench/run.sh" "$@"
-	cleanup
-	trap - EXIT
-
-	echo "== fence trigger overhead (bench/fence_trigger.sh $FENCE_BENCH_ARGS)" >&2
-	# shellcheck disable=SC2086
-	bash bench/fence_trigger.sh $FENCE_BENCH_ARGS > "$OUT/fence_trigger.txt"
-
-	{
-		cat "$OUT/results_main.md"
-		echo
-		echo "## Fence trigger overhead (\`bash bench/fence_trigger.sh $FENCE_BENCH_ARGS\`, run by this command)"
-		echo
-		sed -n '1,/^raw samples/p' "$OUT/fence_trigger.txt" | sed '$d' | grep -v '^Creating new PostgreSQL cluster'
-		echo
-		echo "Run time of the whole command: $(( $(date +%s) - START_TS )) s."
-	} > "$ROOT/bench/RESULTS.md"
-	cp "$OUT/latency_cdf.png" "$ROOT/bench/latency_cdf.png"
-	cat "$ROOT/bench/RESULTS.md"
-	exit 0
-fi
-
-# ---------------------------------------------------------------- inner part
-# Runs inside pg_virtualenv (PG* set); the redis nodes are already up.
-REDIS_DIR=$OUT/redis
 KV=$OUT/kv
 : > "$KV"
-mkdir -p "$OUT/pgb"
 export PGOPTIONS="-c jit=off"
 
 q() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
@@ -122,15 +77,7 @@ get() { awk -F= -v k="$1" '$1 == k { v = $2 } END { print v }' "$KV"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 log() { echo "-- $*" >&2; }
 
-nodes_list() {	# nodes_list COUNT -> "127.0.0.1:p1,..."
-	local n=$1 s="" i
-	for ((i = 0; i < n; i++)); do s+="${s:+,}127.0.0.1:$((BASEPORT + i))"; done
-	echo "$s"
-}
-NODES5=$(nodes_list 5)
-NODES3=$(nodes_list 3)
-NODES1=$(nodes_list 1)
-node_pid() { cat "$REDIS_DIR/$1/pid"; }
+node_pid() { bench_node_pid redis "$1"; }
 
 STOPPED=()
 cont_all() {
@@ -138,7 +85,6 @@ cont_all() {
 	for p in "${STOPPED[@]}"; do kill -CONT "$(node_pid "$p")" 2>/dev/null || true; done
 	STOPPED=()
 }
-trap cont_all EXIT
 stop_node() { kill -STOP "$(node_pid "$1")"; STOPPED+=("$1"); }
 
 q <<SQL
@@ -248,10 +194,7 @@ SQL
 
 # ---------------------------------------------------------------- idle baseline
 # the machine is shared: how busy is it with none of our load?
-read -r b0 t0 < <(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
-sleep 3
-read -r b1 t1 < <(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
-kv idle_busy "$(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.0f", 100 * b / t }')"
+kv idle_busy "$(bench_idle_busy)"
 
 # ---------------------------------------------------------------- floor
 log "floor: redis-benchmark and a PostgreSQL statement"
@@ -267,12 +210,12 @@ pgb_tps() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$1" | head -1; }
 
 ACQ_SHA=""
 for ((r = 1; r <= REPS; r++)); do
-	csv=$(redis-benchmark -p "$BASEPORT" -c 1 -P 1 -n 20000 -t set --csv 2>/dev/null | grep '^"SET"')
+	csv=$(redis-benchmark -p "${PORTS[0]}" -c 1 -P 1 -n 20000 -t set --csv 2>/dev/null | grep '^"SET"')
 	# "SET","rps","avg","min","p50","p95","p99","max"
 	kv "floor_set_p50_$r" "$(echo "$csv" | awk -F'"' '{print $10}')"
 	kv "floor_set_p99_$r" "$(echo "$csv" | awk -F'"' '{print $14}')"
 	# the server-side cost of redlock's release script (key absent: GET + compare)
-	csv=$(redis-benchmark -p "$BASEPORT" -c 1 -P 1 -n 20000 --csv \
+	csv=$(redis-benchmark -p "${PORTS[0]}" -c 1 -P 1 -n 20000 --csv \
 		EVAL "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0" 1 bench:absent x 2>/dev/null | tail -1)
 	kv "floor_eval_p50_$r" "$(echo "$csv" | awk -F'"' '{print $10}')"
 	pgbench -n -f "$OUT/select1.sql" -c 1 -T "$FLOOR_T" --log --log-prefix="$OUT/pgb/select1_$r" > "$OUT/pgb/select1_$r.out" 2>&1
@@ -286,11 +229,11 @@ kv floor_loop_us "$(q -c "SELECT bench_empty(20000)")"
 # ---------------------------------------------------------------- connection reuse
 log "connection reuse over $REUSE cycles of one session"
 conns() { redis-cli -p "$1" INFO stats | tr -d '\r' | sed -n 's/^total_connections_received://p'; }
-for ((i = 0; i < NNODES; i++)); do kv "reuse_before_$i" "$(conns $((BASEPORT + i)))"; done
+for ((i = 0; i < NNODES; i++)); do kv "reuse_before_$i" "$(conns "${PORTS[i]}")"; done
 q -c "SET redlock.nodes = '$NODES5'" -c "SELECT bench_loop('reuse', 1, $REUSE, 0, false)" >/dev/null
 q -c "DELETE FROM samples WHERE phase = 'reuse'"
 for ((i = 0; i < NNODES; i++)); do
-	after=$(conns $((BASEPORT + i)))
+	after=$(conns "${PORTS[i]}")
 	# the INFO client itself is one connection
 	kv "reuse_new_$i" $((after - $(get "reuse_before_$i") - 1))
 done
@@ -309,17 +252,17 @@ for ((r = 1; r <= REPS; r++)); do
 	log "single session, repeat $r/$REPS: healthy N=5,3,1"
 	for ph in n5s n5d n3s n3d n1s n1d; do run_phase "$ph" "$r"; done
 	log "single session, repeat $r/$REPS: 1 of 5 stopped"
-	stop_node $((BASEPORT + 4))
+	stop_node "${PORTS[4]}"
 	for ph in d1s d1d; do run_phase "$ph" "$r"; done
 	log "single session, repeat $r/$REPS: 2 of 5 stopped"
-	stop_node $((BASEPORT + 3))
+	stop_node "${PORTS[3]}"
 	for ph in d2s d2d; do run_phase "$ph" "$r"; done
 	if [ "$r" = 1 ]; then
 		log "time to refusal, 3 of 5 stopped ($REFUSALS attempts)"
 		# one warm session (connected to all 5), then the third node stops
-		STOPPED+=($((BASEPORT + 2)))
+		STOPPED+=("${PORTS[2]}")
 		q -c "SET redlock.nodes = '$NODES5'" -c "SELECT redlock_try_lock('warm'), redlock_unlock('warm')" \
-			-c "\\! kill -STOP $(node_pid $((BASEPORT + 2)))" \
+			-c "\\! kill -STOP $(node_pid "${PORTS[2]}")" \
 			-c "SELECT bench_refusal($REFUSALS, 0.15)" >/dev/null
 	fi
 	cont_all
@@ -361,12 +304,11 @@ done
 
 # ---------------------------------------------------------------- concurrency
 seqval() { q -c "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM $1"; }
-# machine-wide CPU (jiffies: busy total), CPU of the redis nodes, and their EVAL calls
-cpu_now() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
-redis_cpu() { local t=0 p; for ((p = BASEPORT; p < BASEPORT + NNODES; p++)); do
-	t=$((t + $(awk '{ print $14 + $15 }' "/proc/$(node_pid $p)/stat"))); done; echo $t; }
-evals() { local t=0 p; for ((p = BASEPORT; p < BASEPORT + NNODES; p++)); do
-	t=$((t + $(redis-cli -p $p INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_eval:calls=\([0-9]*\).*/\1/p'))); done; echo $t; }
+# CPU of the redis nodes, and their EVAL calls (machine-wide CPU: bench_cpu_now)
+redis_cpu() { local t=0 p; for p in "${PORTS[@]}"; do
+	t=$((t + $(awk '{ print $14 + $15 }' "/proc/$(node_pid "$p")/stat"))); done; echo $t; }
+evals() { local t=0 p; for p in "${PORTS[@]}"; do
+	t=$((t + $(redis-cli -p "$p" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_eval:calls=\([0-9]*\).*/\1/p'))); done; echo $t; }
 HZ=$(getconf CLK_TCK)
 NCPU=$(nproc)
 for ((r = 1; r <= REPS; r++)); do
@@ -382,14 +324,14 @@ for ((r = 1; r <= REPS; r++)); do
 			else
 				echo "SELECT bench_cycle('hot:$name');" > "$OUT/$w.sql"
 			fi
-			read -r b0 t0 < <(cpu_now); rc0=$(redis_cpu); ev0=$(evals)
+			read -r b0 t0 < <(bench_cpu_now); rc0=$(redis_cpu); ev0=$(evals)
 			pgbench -n -f "$OUT/$w.sql" -c "$c" -j $((c < 2 ? 1 : 2)) -T "$PGB_T" \
 				--log --log-prefix="$OUT/pgb/$name" > "$OUT/pgb/$name.out" 2>&1 ||
 				echo "pgbench $name exited non-zero (see bench/out/pgb/$name.out)" >&2
-			read -r b1 t1 < <(cpu_now); rc1=$(redis_cpu); ev1=$(evals)
+			read -r b1 t1 < <(bench_cpu_now); rc1=$(redis_cpu); ev1=$(evals)
 			cyc=$(( $(seqval grants) + $(seqval denied) + $(seqval unavail) ))
 			[ "$cyc" -gt 0 ] || cyc=1
-			kv "conc_${w}_${c}_busy_$r" "$(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.0f", 100 * b / t }')"
+			kv "conc_${w}_${c}_busy_$r" "$(bench_busy "$b0" "$t0" "$b1" "$t1")"
 			kv "conc_${w}_${c}_cpuus_$r" "$(awk -v b=$((b1 - b0)) -v n="$cyc" -v hz="$HZ" 'BEGIN { printf "%.0f", b / hz * 1e6 / n }')"
 			kv "conc_${w}_${c}_rcpuus_$r" "$(awk -v b=$((rc1 - rc0)) -v n="$cyc" -v hz="$HZ" 'BEGIN { printf "%.0f", b / hz * 1e6 / n }')"
 			kv "conc_${w}_${c}_evals_$r" "$(awk -v e=$((ev1 - ev0)) -v n="$cyc" 'BEGIN { printf "%.2f", e / n }')"
@@ -451,14 +393,14 @@ set ylabel "fraction of calls <= x"
 set grid
 set key bottom right
 set yrange [0:1]
-set title "redlock_try_lock (same resource: solid; distinct: dashed)"
+set title "redlock\\\\_try\\\\_lock (same resource: solid; distinct: dashed)"
 plot "$OUT/cdf_n5s_acquire.dat" u 1:2 w l lw 2 lc 1 t "healthy", \
      "$OUT/cdf_d1s_acquire.dat" u 1:2 w l lw 2 lc 2 t "1 stopped", \
      "$OUT/cdf_d2s_acquire.dat" u 1:2 w l lw 2 lc 7 t "2 stopped", \
      "$OUT/cdf_n5d_acquire.dat" u 1:2 w l dt 2 lc 1 t "healthy, distinct", \
      "$OUT/cdf_d1d_acquire.dat" u 1:2 w l dt 2 lc 2 t "1 stopped, distinct", \
      "$OUT/cdf_d2d_acquire.dat" u 1:2 w l dt 2 lc 7 t "2 stopped, distinct"
-set title "redlock_unlock"
+set title "redlock\\\\_unlock"
 plot "$OUT/cdf_n5s_release.dat" u 1:2 w l lw 2 lc 1 t "healthy", \
      "$OUT/cdf_d1s_release.dat" u 1:2 w l lw 2 lc 2 t "1 stopped", \
      "$OUT/cdf_d2s_release.dat" u 1:2 w l lw 2 lc 7 t "2 stopped", \
@@ -499,7 +441,7 @@ node_timeout=$(q -c "LOAD 'redlock'" -c "SHOW redlock.node_timeout" | tr -d 'ms'
 	echo "| date | $RL_BENCH_DATE |"
 	echo "| machine | $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME") |"
 	echo "| software | $(q -c 'SELECT version()' | cut -d, -f1), $(redis-server --version | awk '{print $1, $2, $3}'), hiredis $(dpkg-query -W -f='${Version}' libhiredis-dev 2>/dev/null) |"
-	echo "| setup | 5 redis-server nodes on 127.0.0.1:$BASEPORT-$((BASEPORT + NNODES - 1)) (no persistence), pg_virtualenv cluster with fsync=on, max_connections=100, jit=off; redlock.node_timeout=${node_timeout} ms |"
+	echo "| setup | 5 redis-server nodes on free loopback ports ($NODES5; no persistence), a throwaway cluster on a unix socket (test/pg-cluster.sh) with fsync=on, max_connections=100, jit=off; redlock.node_timeout=${node_timeout} ms |"
 	echo "| background load | the machine was $(get idle_busy)% busy (all CPUs) over 3 s before the run, with none of this benchmark's load |"
 	echo "| repeats | every figure is the median of $REPS interleaved repeats (per-repeat values after the slash-separated lists) |"
 	echo
@@ -528,7 +470,7 @@ node_timeout=$(q -c "LOAD 'redlock'" -c "SHOW redlock.node_timeout" | tr -d 'ms'
 	echo
 	echo "| what | p50 | p99 | repeats (p50) |"
 	echo "|---|---:|---:|---|"
-	echo "| \`redis-benchmark -p $BASEPORT -c 1 -P 1 -n 20000 -t set\` | $set_p50_us us | $set_p99_us us | $(reps_of floor_set_p50) ms |"
+	echo "| \`redis-benchmark -p ${PORTS[0]} -c 1 -P 1 -n 20000 -t set\` | $set_p50_us us | $set_p99_us us | $(reps_of floor_set_p50) ms |"
 	echo "| redis-benchmark, redlock's release script via EVAL (key absent) | $eval_p50_us us | | $(reps_of floor_eval_p50) ms |"
 	echo "| PostgreSQL statement round trip, \`pgbench -n -f 'SELECT 1' -c 1 -T $FLOOR_T\` | $(awk -v x="$pg_p50" 'BEGIN { printf "%.0f", x * 1000 }') us (average $(awk -v x="$pg_avg" 'BEGIN { printf "%.0f", x * 1000 }') us) | | $(reps_of floor_pg_avg) ms avg |"
 	echo "| timing loop's own cost: clock_timestamp() around a trivial C call in PL/pgSQL | $(get floor_loop_us) us | | |"
@@ -588,6 +530,25 @@ node_timeout=$(q -c "LOAD 'redlock'" -c "SHOW redlock.node_timeout" | tr -d 'ms'
 	echo "| node | total_connections_received before | new connections during the cycles |"
 	echo "|---|---:|---:|"
 	for ((i = 0; i < NNODES; i++)); do
-		echo "| 127.0.0.1:$((BASEPORT + i)) | $(get "reuse_before_$i") | $(get "reuse_new_$i") |"
+		echo "| 127.0.0.1:${PORTS[i]} | $(get "reuse_before_$i") | $(get "reuse_new_$i") |"
 	done
 } > "$OUT/results_main.md"
+
+# ---------------------------------------------------------------- fence trigger
+# with this run's servers stopped; in the installation built above
+bench_stop_all
+echo "== fence trigger overhead (bench/fence_trigger.sh $FENCE_BENCH_ARGS)" >&2
+# shellcheck disable=SC2086
+bash bench/fence_trigger.sh --pg-config "$PG_CONFIG" $FENCE_BENCH_ARGS > "$OUT/fence_trigger.txt"
+
+{
+	cat "$OUT/results_main.md"
+	echo
+	echo "## Fence trigger overhead (\`bash bench/fence_trigger.sh $FENCE_BENCH_ARGS\`, run by this command)"
+	echo
+	sed -n '1,/^raw samples/p' "$OUT/fence_trigger.txt" | sed '$d'
+	echo
+	echo "Run time of the whole command: $(( $(date +%s) - START_TS )) s."
+} > "$ROOT/bench/RESULTS.md"
+cp "$OUT/latency_cdf.png" "$ROOT/bench/latency_cdf.png"
+cat "$ROOT/bench/RESULTS.md"

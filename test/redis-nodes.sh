@@ -7,9 +7,9 @@
 #       port lost to a race is given up and another one is tried), and prints
 #       the node list "127.0.0.1:P1,127.0.0.1:P2,..." (also in DIR/nodes).
 #   redis-nodes.sh start DIR BASEPORT COUNT [extra args...]
-#       The same on the fixed ports BASEPORT..BASEPORT+COUNT-1 (bench/run.sh
-#       needs contiguous ports); a port that is taken is an error, never
-#       silently used.
+#       The same on the fixed ports BASEPORT..BASEPORT+COUNT-1 (no script
+#       of the project uses them any more); a port that is taken is an
+#       error, never silently used.
 #   redis-nodes.sh stop DIR
 #       Stops every node started under DIR.
 #
