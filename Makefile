@@ -25,6 +25,7 @@ OBJS = \
 	src/locks_view.o \
 	src/wait_events.o \
 	src/worker.o \
+	src/wakeup.o \
 	src/stats.o \
 	src/health.o \
 	src/fence.o

@@ -38,7 +38,8 @@ rl_nodes_set_push_handler(RlPushHandler handler)
 
 /*
  * Is this a pub/sub push ("message", or the confirmation of a (un)subscribe,
- * which we do not count as replies)?  Hands messages to the handler.
+ * which we do not count as replies)?  Hands messages and subscribe
+ * confirmations to the handler.
  */
 static bool
 take_push(RlNode *node, redisReply *reply)
@@ -51,15 +52,16 @@ take_push(RlNode *node, redisReply *reply)
 	kind = reply->element[0];
 	if (kind->type != REDIS_REPLY_STRING)
 		return false;
-	if (kind->len == 7 && memcmp(kind->str, "message", 7) == 0)
+	if ((kind->len == 7 && memcmp(kind->str, "message", 7) == 0) ||
+		(kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0))
 	{
 		if (reply->element[1]->type == REDIS_REPLY_STRING)
-			rl_push_handler((int) (node - rl_nodes), reply->element[1]->str,
-							reply->element[1]->len);
+			rl_push_handler((int) (node - rl_nodes),
+							kind->len == 7 ? RL_PUSH_MESSAGE : RL_PUSH_SUBSCRIBED,
+							reply->element[1]->str, reply->element[1]->len);
 		return true;
 	}
-	return (kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0) ||
-		(kind->len == 11 && memcmp(kind->str, "unsubscribe", 11) == 0);
+	return kind->len == 11 && memcmp(kind->str, "unsubscribe", 11) == 0;
 }
 
 bool

@@ -85,10 +85,18 @@ extern void rl_nodes_disconnect_all(void);
 extern int	rl_nodes_open_connections(void);
 
 /*
- * Pub/sub: messages a node pushes (["message", channel, payload]) go to the
- * push handler, with the node's index, instead of being matched to requests.
+ * Pub/sub: what a node pushes goes to the push handler, with the node's
+ * index, instead of being matched to requests: messages (["message",
+ * channel, payload]) and the confirmations of SUBSCRIBE.
  */
-typedef void (*RlPushHandler) (int node, const char *channel, size_t len);
+typedef enum RlPushKind
+{
+	RL_PUSH_MESSAGE,
+	RL_PUSH_SUBSCRIBED
+} RlPushKind;
+
+typedef void (*RlPushHandler) (int node, RlPushKind kind,
+							   const char *channel, size_t len);
 extern void rl_nodes_set_push_handler(RlPushHandler handler);
 extern uint64_t rl_node_connection_serial(int i);
 extern bool rl_node_connected(int i);

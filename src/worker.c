@@ -1,10 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  The background workers: keep-alive (extends leases taken with
- *	  keep_alive => true while the backend that holds them lives) and
- *	  wake-up (wakes local waiters when a lease is released on another
- *	  server).
+ *	  The registration of the background workers, and the keep-alive worker
+ *	  (extends leases taken with keep_alive => true while the backend that
+ *	  holds them lives).
  *
  * Registered when redlock is in shared_preload_libraries.  Every third of
  * a lease's TTL it extends the lease on a majority of nodes (owner-checked,
@@ -20,14 +19,7 @@
  * the whole server through crash recovery, which restarts the worker on a
  * fresh table: a crashed holder's lease still ends within one TTL.
  *
- * The wake-up worker subscribes, on every node, to the channels of the lock
- * keys that backends of this server wait for; every release publishes on
- * its key's channel (protocol.c), so a release on any server sharing the
- * nodes wakes the first local waiter as soon as a majority of the nodes
- * have announced it (a failed attempt withdraws itself silently: nobody
- * waits for a lock that was never held).  A missed message (a node
- * down, the worker restarting) costs latency only: waiters still wake at
- * redlock.retry_delay.
+ * The wake-up worker is in wakeup.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -35,14 +27,12 @@
 
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "port/pg_bitutils.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
-#include "utils/hsearch.h"
 #include "utils/memutils.h"
 
 #include "lifecycle.h"
@@ -50,12 +40,6 @@
 #include "protocol.h"
 #include "wait_events.h"
 #include "worker.h"
-
-#define RL_WAKEUP_MAX_KEYS	4096	/* keys listened for; waiters for more
-									 * keys poll */
-
-PGDLLEXPORT void redlock_worker_main(Datum main_arg);
-PGDLLEXPORT void redlock_wakeup_main(Datum main_arg);
 
 static void
 register_one(const char *function, const char *name, const char *type)
@@ -91,8 +75,8 @@ worker_exit(int code, Datum arg)
 }
 
 /* Both workers: signals, no database, announced in the lock table. */
-static void
-worker_start(RlWorkerRole role)
+void
+rl_worker_start(RlWorkerRole role)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -103,8 +87,8 @@ worker_start(RlWorkerRole role)
 	rl_lock_table_set_worker(role, true);
 }
 
-static void
-worker_reload_config(void)
+void
+rl_worker_reload_config(void)
 {
 	if (ConfigReloadPending)
 	{
@@ -113,8 +97,8 @@ worker_reload_config(void)
 	}
 }
 
-static bool
-nodes_configured(void)
+bool
+rl_worker_nodes_configured(void)
 {
 	return rl_node_list != NULL && rl_node_list->count > 0;
 }
@@ -175,7 +159,7 @@ redlock_worker_main(Datum main_arg)
 {
 	RlKeepAlive *due;
 
-	worker_start(RL_WORKER_KEEPALIVE);
+	rl_worker_start(RL_WORKER_KEEPALIVE);
 	due = MemoryContextAlloc(TopMemoryContext,
 							 sizeof(RlKeepAlive) * RL_EXTEND_CHUNK);
 
@@ -186,10 +170,10 @@ redlock_worker_main(Datum main_arg)
 		long		sleep_ms;
 
 		CHECK_FOR_INTERRUPTS();
-		worker_reload_config();
+		rl_worker_reload_config();
 
 		n = rl_lock_table_due(due, RL_EXTEND_CHUNK, &next_us);
-		if (n > 0 && nodes_configured())
+		if (n > 0 && rl_worker_nodes_configured())
 		{
 			rl_nodes_ready();
 			keep_alive(due, n);
@@ -200,204 +184,5 @@ redlock_worker_main(Datum main_arg)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(sleep_ms, 1000), rl_wait_event_lease());
 		ResetLatch(MyLatch);
-	}
-}
-
-/* ---------- the wake-up worker ---------- */
-
-/*
- * Releases heard, per lock key.  A release publishes on every node it
- * reaches, so one release is heard up to once per node: the first waiter
- * here is woken once a majority of the nodes have published (before that
- * the lock is not free where it counts, and asking would only be refused),
- * or node_timeout after the first one at the latest (a node that never
- * says so must not hold the waiter up).
- */
-typedef struct RlHeard
-{
-	char		key[RL_KEY_MAX + 1];	/* hash key */
-	uint32		nodes;			/* bit i: node i published */
-	int64_t		first_us;
-} RlHeard;
-
-static HTAB *rl_heard = NULL;
-
-static void
-on_release(int node, const char *channel, size_t len)
-{
-	char		key[RL_KEY_MAX + 1];
-	RlHeard    *h;
-	bool		found;
-
-	if (len > RL_KEY_MAX)
-		return;
-	memcpy(key, channel, len);
-	key[len] = '\0';
-	h = hash_search(rl_heard, key, HASH_ENTER, &found);
-	if (!found)
-	{
-		h->nodes = 0;
-		h->first_us = rl_now_us();
-	}
-	h->nodes |= (uint32) 1 << node;
-	if (pg_popcount32(h->nodes) >= rl_majority(rl_nodes_count()))
-	{
-		rl_lock_table_wake_key(key, len);
-		hash_search(rl_heard, key, HASH_REMOVE, NULL);
-	}
-}
-
-/*
- * Wake the waiters of releases heard from fewer than a majority for
- * node_timeout; returns the milliseconds until the next such deadline (at
- * most a second).
- */
-static long
-wake_overdue(void)
-{
-	HASH_SEQ_STATUS status;
-	RlHeard    *h;
-	int64_t		now = rl_now_us();
-	long		next_ms = 1000;
-
-	hash_seq_init(&status, rl_heard);
-	while ((h = hash_seq_search(&status)) != NULL)
-	{
-		int64_t		due = h->first_us + (int64_t) rl_node_timeout_ms * 1000;
-
-		if (due <= now)
-		{
-			rl_lock_table_wake_key(h->key, strlen(h->key));
-			hash_search(rl_heard, h->key, HASH_REMOVE, NULL);
-		}
-		else
-			next_ms = Min(next_ms, (long) ((due - now + 999) / 1000));
-	}
-	return next_ms;
-}
-
-/* (UN)SUBSCRIBE the keys on the nodes not skipped; no reply is owed. */
-static void
-send_subscription(const char *verb, char (*keys)[RL_KEY_MAX + 1], int nkeys,
-				  const bool *skip)
-{
-	RlRequest	req;
-	const char **argv = palloc(sizeof(char *) * (nkeys + 1));
-	size_t	   *argvlen = palloc(sizeof(size_t) * (nkeys + 1));
-
-	argv[0] = verb;
-	argvlen[0] = strlen(verb);
-	for (int i = 0; i < nkeys; i++)
-	{
-		argv[i + 1] = keys[i];
-		argvlen[i + 1] = strlen(keys[i]);
-	}
-	memset(&req, 0, sizeof(req));
-	req.reply_kind = RL_REPLY_STATUS;
-	req.goal = RL_GOAL_ALL;
-	req.no_reply = true;
-	req.argc = nkeys + 1;
-	req.argv = argv;
-	req.argvlen = argvlen;
-	memcpy(req.skip, skip, sizeof(req.skip));
-	rl_nodes_send(&req);
-	pfree(argv);
-	pfree(argvlen);
-}
-
-/* keys in a[] that are not in b[], into out[] */
-static int
-keys_minus(char (*a)[RL_KEY_MAX + 1], int na, char (*b)[RL_KEY_MAX + 1], int nb,
-		   char (*out)[RL_KEY_MAX + 1])
-{
-	int			n = 0;
-
-	for (int i = 0; i < na; i++)
-	{
-		bool		found = false;
-
-		for (int k = 0; k < nb && !found; k++)
-			found = strcmp(a[i], b[k]) == 0;
-		if (!found)
-			strlcpy(out[n++], a[i], RL_KEY_MAX + 1);
-	}
-	return n;
-}
-
-void
-redlock_wakeup_main(Datum main_arg)
-{
-	char		(*wanted)[RL_KEY_MAX + 1];
-	char		(*subscribed)[RL_KEY_MAX + 1];
-	char		(*diff)[RL_KEY_MAX + 1];
-	int			nsubscribed = 0;
-	uint64_t	serials[RL_MAX_NODES] = {0};
-
-	worker_start(RL_WORKER_WAKEUP);
-	wanted = MemoryContextAlloc(TopMemoryContext, RL_WAKEUP_MAX_KEYS * (RL_KEY_MAX + 1));
-	subscribed = MemoryContextAlloc(TopMemoryContext, RL_WAKEUP_MAX_KEYS * (RL_KEY_MAX + 1));
-	diff = MemoryContextAlloc(TopMemoryContext, RL_WAKEUP_MAX_KEYS * (RL_KEY_MAX + 1));
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = RL_KEY_MAX + 1;
-		ctl.entrysize = sizeof(RlHeard);
-		ctl.hcxt = TopMemoryContext;
-		rl_heard = hash_create("redlock releases heard", 64, &ctl,
-							   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-	}
-	rl_nodes_set_push_handler(on_release);
-
-	for (;;)
-	{
-		CHECK_FOR_INTERRUPTS();
-		worker_reload_config();
-
-		if (nodes_configured())
-		{
-			int			nwanted;
-			int			n;
-			uint64_t	snap[RL_MAX_NODES];
-			bool		whole[RL_MAX_NODES];	/* skip lists: not these */
-			bool		part[RL_MAX_NODES];
-			bool		none[RL_MAX_NODES];
-
-			if (rl_nodes_config_changed())
-				nsubscribed = 0;	/* new connections: subscribe anew */
-			rl_nodes_ready();
-			nwanted = rl_lock_table_awaited_keys(wanted, RL_WAKEUP_MAX_KEYS);
-
-			/*
-			 * A node that reconnected lost its subscriptions, and one without
-			 * a connection (down, restarted) gets one by being sent them, once
-			 * out of backoff: both get the whole set.  The others get what
-			 * changed.  A node that connects while we send shows a new serial
-			 * next time, and gets the whole set then.
-			 */
-			for (int i = 0; i < rl_nodes_count(); i++)
-			{
-				snap[i] = rl_node_connection_serial(i);
-				whole[i] = snap[i] != serials[i] || !rl_node_connected(i);
-				part[i] = !whole[i];
-			}
-			if (nwanted > 0)
-				send_subscription("SUBSCRIBE", wanted, nwanted, part);
-			n = keys_minus(wanted, nwanted, subscribed, nsubscribed, diff);
-			if (n > 0)
-				send_subscription("SUBSCRIBE", diff, n, whole);
-			memset(none, 0, sizeof(none));
-			n = keys_minus(subscribed, nsubscribed, wanted, nwanted, diff);
-			if (n > 0)
-				send_subscription("UNSUBSCRIBE", diff, n, none);
-			memcpy(subscribed, wanted, (Size) nwanted * (RL_KEY_MAX + 1));
-			nsubscribed = nwanted;
-			memcpy(serials, snap, sizeof(serials));
-		}
-
-		/*
-		 * messages, a new waiter (the latch), a release heard from too few
-		 * nodes for too long, or a look every second
-		 */
-		rl_nodes_wait_pushes(wake_overdue());
 	}
 }

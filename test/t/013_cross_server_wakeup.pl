@@ -113,6 +113,32 @@ $w->query_safe("SELECT redlock_unlock('x:c')");
 $w->quit;
 $h->quit;
 
+# --- a release between the waiter's refused attempt and the worker's
+# subscription is not lost: once a majority confirm the new subscription,
+# the waiter asks once more.  The wake-up worker is stopped (SIGSTOP) while
+# the waiter starts and the holder releases.
+$h = $east->background_psql('postgres', on_error_stop => 0);
+$h->query_safe("SELECT redlock_lock('x:race', 60000)");
+my $wkr = $west->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
+kill 'STOP', $wkr;
+$w = $west->background_psql('postgres', on_error_stop => 0);
+$w->query_until(qr/waiting/, "\\echo waiting\nSELECT redlock_lock('x:race', 60000) AS got \\gset\n");
+$west->poll_query_until('postgres',
+	"SELECT count(*) > 0 FROM redlock_locks WHERE resource = 'x:race' AND NOT granted")
+  or die 'no waiter on x:race';
+$west->poll_query_until('postgres',
+	"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE query LIKE '%x:race%' AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
+  or die 'the west waiter is not asleep';
+$h->query_safe("SELECT redlock_unlock('x:race')");    # nobody listens yet
+$t0 = time;
+kill 'CONT', $wkr;
+like($w->query_safe('SELECT :got'), qr/^\d+$/, 'a release before the subscription: the waiter still gets the lease');
+$took = time - $t0;
+cmp_ok($took, '<', 5, "once the worker subscribed (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
+$w->query_safe("SELECT redlock_unlock('x:race')");
+$w->quit;
+$h->quit;
+
 # --- a release heard from a minority of the nodes does not wake the waiter
 # (the lock is not free where it counts, asking would only be refused); a
 # majority does.  The worker gives a minority node_timeout, 10 s here, before
