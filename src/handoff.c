@@ -28,9 +28,6 @@
  */
 #include "postgres.h"
 
-#include "storage/latch.h"
-#include "storage/lwlock.h"
-
 #include "handoff.h"
 #include "lock_table_internal.h"
 
@@ -46,16 +43,6 @@ static struct
 	int			keylen;
 	char		ours[RL_OWNER_LEN + 1];	/* the holder's lock value */
 } rl_handing;
-
-/* Release a lock value without waiting, on the no-throw paths. */
-static void
-release_value(const char *key, int keylen, const char *owner)
-{
-	RlReleaseItem item = {key, keylen, owner};
-	RlRequest	req;
-
-	rl_proto_release(&item, 1, false, true, 0, NULL, &req);
-}
 
 /* ---------- the waiter ---------- */
 
@@ -76,6 +63,7 @@ rl_handoff_offer(int slot, int ttl_ms, char *owner)
 	Assert(s->handoff == RL_HANDOFF_NONE);
 	strlcpy(s->owner, owner, sizeof(s->owner));
 	s->ttl_ms = ttl_ms;
+	s->handoff_nodes = rl_nodes_fingerprint();
 	s->handoff = RL_HANDOFF_OFFERED;
 	LWLockRelease(rl_table->lock);
 }
@@ -135,7 +123,7 @@ rl_handoff_abandon(int slot)
 	strlcpy(key, s->key, sizeof(key));
 	LWLockRelease(rl_table->lock);
 	if (state == RL_HANDOFF_RUNNING || state == RL_HANDOFF_DONE)
-		release_value(key, strlen(key), owner);
+		rl_proto_release_one(key, strlen(key), owner, true);
 }
 
 /* ---------- the releasing holder ---------- */
@@ -149,32 +137,36 @@ bool
 rl_handoff_claim(int holder_slot, const char *resource,
 				 const RlReleaseItem *ours)
 {
-	bool		claimed = false;
+	uint64_t	nodes = rl_nodes_fingerprint();
+	int			w;
+	RlSlot	   *s = NULL;
 
 	if (rl_table == NULL || holder_slot < 0 || rl_handing.active)
 		return false;
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	{
-		int			w = rl_first_waiter(ours->key, holder_slot);
-		RlSlot	   *s = (w >= 0) ? &rl_table->slots[w] : NULL;
+	w = rl_first_waiter(ours->key, holder_slot);
+	if (w >= 0)
+		s = &rl_table->slots[w];
 
-		/* the same key and name: the same key prefix, the same counter */
-		if (s != NULL && s->handoff == RL_HANDOFF_OFFERED &&
-			strcmp(s->resource, resource) == 0)
-		{
-			s->handoff = RL_HANDOFF_RUNNING;
-			rl_handing.slot = w;
-			rl_handing.wait_seq = s->wait_seq;
-			rl_handing.ttl_ms = s->ttl_ms;
-			strlcpy(rl_handing.owner, s->owner, sizeof(rl_handing.owner));
-			strlcpy(rl_handing.key, ours->key, sizeof(rl_handing.key));
-			rl_handing.keylen = ours->keylen;
-			strlcpy(rl_handing.ours, ours->owner, sizeof(rl_handing.ours));
-			claimed = rl_handing.active = true;
-		}
+	/*
+	 * The same key and name: the same key prefix and fencing counter; the
+	 * same nodes: the waiter settles the votes of ours as its own.
+	 */
+	if (s != NULL && s->handoff == RL_HANDOFF_OFFERED &&
+		s->handoff_nodes == nodes && strcmp(s->resource, resource) == 0)
+	{
+		s->handoff = RL_HANDOFF_RUNNING;
+		rl_handing.active = true;
+		rl_handing.slot = w;
+		rl_handing.wait_seq = s->wait_seq;
+		rl_handing.ttl_ms = s->ttl_ms;
+		strlcpy(rl_handing.owner, s->owner, sizeof(rl_handing.owner));
+		strlcpy(rl_handing.key, ours->key, sizeof(rl_handing.key));
+		rl_handing.keylen = ours->keylen;
+		strlcpy(rl_handing.ours, ours->owner, sizeof(rl_handing.ours));
 	}
 	LWLockRelease(rl_table->lock);
-	return claimed;
+	return rl_handing.active;
 }
 
 /*
@@ -183,7 +175,7 @@ rl_handoff_claim(int holder_slot, const char *resource,
  * its value here, after the handoff command on every connection.
  */
 static void
-finish(const RlHandoff *ho)
+finish(const RlHandoff *ho, bool release_if_gone)
 {
 	RlSlot	   *s = &rl_table->slots[rl_handing.slot];
 	int			procno = -1;
@@ -200,40 +192,66 @@ finish(const RlHandoff *ho)
 	rl_handing.active = false;
 	if (procno >= 0)
 		SetLatch(rl_latch_of(procno));
-	else
-		release_value(rl_handing.key, rl_handing.keylen, rl_handing.owner);
+	else if (release_if_gone)
+		rl_proto_release_one(rl_handing.key, rl_handing.keylen,
+							 rl_handing.owner, true);
 }
 
 /*
  * Release ours (the lease being released) by handing it to the waiter
  * claimed by rl_handoff_claim.  req is the round, as a release's: a
- * majority answered it or not.  Nodes that could not answer get a plain
- * (must-deliver) release of ours, as any release would.
+ * majority answered it or not.
+ *
+ * The handoff command is not must-deliver, and a node that has not
+ * answered may still run it after the waiter has moved on (given up, or
+ * released on its own connections, which can overtake ours).  So every
+ * node that did not answer gets, on our connections and so after the
+ * handoff, a must-deliver release of ours; and of the waiter's value too,
+ * where that cannot take a grant away: on nodes that failed (they do not
+ * count for the grant), and everywhere the round did not win.  A node the
+ * round did not ask (in backoff) keeps a release of ours.
  */
 void
 rl_handoff_run(const RlReleaseItem *ours, const char *resource, bool nothrow,
 			   int64_t deadline_us, RlRequest *req)
 {
 	RlHandoff	ho;
-	bool		skip[RL_MAX_NODES];
-	bool		unanswered = false;
+	RlReleaseItem both[2];
+	bool		skip_both[RL_MAX_NODES];
+	bool		skip_ours[RL_MAX_NODES];
+	bool		any_both = false;
+	bool		any_ours = false;
+	bool		won;
+	RlRequest	rel;
 
 	Assert(rl_handing.active);
 	rl_proto_handoff(ours, resource, rl_handing.owner, rl_handing.ttl_ms,
 					 nothrow, deadline_us, &ho, req);
-	finish(&ho);
+	won = req->decision == RL_WON;
+	both[0] = *ours;
+	both[1].key = ours->key;
+	both[1].keylen = ours->keylen;
+	both[1].owner = rl_handing.owner;
+	finish(&ho, true);
 
 	for (int i = 0; i < RL_MAX_NODES; i++)
 	{
-		skip[i] = i >= req->nnodes || req->results[i].vote != RL_VOTE_FAILED;
-		unanswered |= !skip[i];
-	}
-	if (unanswered)
-	{
-		RlRequest	rel;
+		bool		exists = i < req->nnodes;
+		bool		asked = exists && !req->results[i].in_backoff;
+		RlVote		v = exists ? req->results[i].vote : RL_VOTE_NO;
+		bool		open = asked && (v == RL_VOTE_PENDING || v == RL_VOTE_FAILED);
+		bool		both_here = open && (!won || v == RL_VOTE_FAILED);
 
-		rl_proto_release(ours, 1, false, nothrow, 0, skip, &rel);
+		/* a node not asked keeps our release until it can take it */
+		skip_both[i] = !both_here;
+		skip_ours[i] = !((open && !both_here) || (exists && !asked));
+		any_both |= both_here;
+		any_ours |= !skip_ours[i];
 	}
+	if (any_both)
+		rl_proto_release(both, 2, false, nothrow, 0, skip_both, &rel);
+	if (any_ours)
+		rl_proto_release(ours, 1, false, nothrow, 0, skip_ours, &rel);
 }
 
 /*
@@ -260,5 +278,5 @@ rl_handoff_abort(void)
 	failed.nnodes = rl_nodes_count();
 	for (int i = 0; i < failed.nnodes; i++)
 		failed.votes[i] = RL_VOTE_FAILED;
-	finish(&failed);
+	finish(&failed, false);		/* the waiter's value is released above */
 }

@@ -111,11 +111,15 @@ rl_wait_turn(const RlWaiter *w, const RlRequest *last, bool *announced,
 	/* an offer taken up is released by the abort path if this raises */
 	CHECK_FOR_INTERRUPTS();
 
-	/* a holder handing us the lease finishes its round within a deadline */
+	/*
+	 * A holder is handing us the lease: its round has a deadline, but our
+	 * limits (lock_timeout, wait_ms) still apply; an offer given up while
+	 * taken is released by the abort path, or by the holder.
+	 */
 	while ((outcome = rl_handoff_withdraw(w->slot, &ho)) == RL_HANDED_PENDING)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 100, rl_wait_event_lease());
+						 Min(sleep_ms(w, last), 100), rl_wait_event_lease());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}

@@ -15,9 +15,9 @@
  * releases the resource it hands the lease straight to the first waiter
  * asleep with an offer (handoff.c), and otherwise, or when a waiter ahead
  * gives up, the first remaining waiter's latch is set, so it asks again at
- * once instead of after a polling delay.  Waiters still wake by themselves (at the local holder's
- * expiry, and after a bounded delay), so a missed wake-up costs latency,
- * never liveness.
+ * once instead of after a polling delay.  Waiters still wake by themselves
+ * (at the local holder's expiry, and after a bounded delay), so a missed
+ * wake-up costs latency, never liveness.
  *
  * Removing a slot is used on the commit, abort and exit paths: it takes an
  * LWLock and sets a latch, and raises nothing.
@@ -38,8 +38,8 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
-#include "quorum.h"
 #include "lock_table_internal.h"
+#include "quorum.h"
 
 RlLockTable *rl_table = NULL;
 

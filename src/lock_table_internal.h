@@ -50,6 +50,7 @@ typedef struct RlSlot
 	int64_t		keep_until_us;	/* no extension after this */
 	/* handoff: a waiter's standing offer, taken up by a releasing holder */
 	RlHandoffState handoff;
+	uint64_t	handoff_nodes;	/* the waiter's rl_nodes_fingerprint() */
 	RlHandoff	handoff_result; /* when RL_HANDOFF_DONE */
 	char		owner[RL_OWNER_LEN + 1];	/* the holder's, or the waiter's
 											 * offered lock value */

@@ -150,6 +150,28 @@ rl_nodes_disconnect_all(void)
 	resolve_shutdown();
 }
 
+/*
+ * Which nodes this backend talks to, as a number: the same for every
+ * backend that applied the same node list (FNV-1a over the nodes' names).
+ */
+uint64_t
+rl_nodes_fingerprint(void)
+{
+	uint64_t	hash = UINT64CONST(14695981039346656037);
+
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		for (const unsigned char *c = (const unsigned char *) rl_nodes[i].name; *c; c++)
+		{
+			hash ^= *c;
+			hash *= UINT64CONST(1099511628211);
+		}
+		hash ^= ',';
+		hash *= UINT64CONST(1099511628211);
+	}
+	return hash;
+}
+
 bool
 rl_nodes_config_changed(void)
 {

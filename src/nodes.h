@@ -77,6 +77,7 @@ typedef struct RlRequest
 extern int	rl_nodes_count(void);
 extern const char *rl_node_name(int i);
 extern bool rl_nodes_config_changed(void);
+extern uint64_t rl_nodes_fingerprint(void);
 extern void rl_nodes_apply_config(void);
 extern void rl_nodes_run(RlRequest *req);
 extern void rl_nodes_send(RlRequest *req);

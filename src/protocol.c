@@ -89,8 +89,8 @@ static const char RELEASE_SCRIPT[] =
 "return n\n";
 
 /*
- * The withdrawal of an attempt that was not granted: RELEASE_SCRIPT for
- * one key, announcing nothing.  The lock was never ours on a majority, so
+ * The withdrawal of an attempt that was refused: RELEASE_SCRIPT for one
+ * key, announcing nothing.  The lock was never ours on a majority, so
  * nobody waits for it to go; a publish would wake every waiter, ours
  * included, only to be refused again by the holder.
  */
@@ -269,9 +269,13 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 	req->argvlen = NULL;
 }
 
-/* Release one lease without waiting (an interrupted attempt). */
-static void
-release_nowait(const char *key, int keylen, const char *owner, bool nothrow)
+/*
+ * Release one lock value without waiting (an interrupted attempt, a value
+ * set for a waiter that left).  Must-deliver, announced.
+ */
+void
+rl_proto_release_one(const char *key, int keylen, const char *owner,
+					 bool nothrow)
 {
 	RlReleaseItem item = {key, keylen, owner};
 	RlRequest	req;
@@ -281,26 +285,33 @@ release_nowait(const char *key, int keylen, const char *owner, bool nothrow)
 
 /*
  * Withdraw an attempt that was not granted, without waiting: on every node
- * but those that refused it (nothing of ours was set there), including the
- * ones that did not answer.  Must-deliver, like a release.
+ * but those that refused it or were not asked (nothing of ours was set
+ * there), including the ones that did not answer.  Must-deliver, like a
+ * release.  Announced (published) only when the lock was held on a
+ * majority meanwhile, or when the attempt was a handoff (whose release of
+ * the previous holder announced nothing): then someone may wait for it.
  */
 static void
 withdraw_attempt(const char *key, int keylen, const char *owner,
-				 const bool *refused)
+				 const bool *skip, bool announce)
 {
 	const char *argv[5];
 	size_t		argvlen[5];
 	RlRequest	req;
 
-	rl_proto_eval_header(argv, argvlen, WITHDRAW_SCRIPT,
-						 sizeof(WITHDRAW_SCRIPT) - 1, "1");
+	if (announce)
+		rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT,
+							 sizeof(RELEASE_SCRIPT) - 1, "1");
+	else
+		rl_proto_eval_header(argv, argvlen, WITHDRAW_SCRIPT,
+							 sizeof(WITHDRAW_SCRIPT) - 1, "1");
 	argv[3] = key;
 	argvlen[3] = keylen;
 	argv[4] = owner;
 	argvlen[4] = strlen(owner);
 	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 5, argv, argvlen);
 	req.must_deliver = true;
-	memcpy(req.skip, refused, sizeof(req.skip));
+	memcpy(req.skip, skip, sizeof(req.skip));
 	rl_nodes_send(&req);
 }
 
@@ -323,18 +334,20 @@ set_in_flight(const char *key, int keylen, const char *owner)
  */
 static RlAttempt
 settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
-			   int64 proposal, int64_t start_us, RlGrant *grant,
+			   int64 proposal, int64_t start_us, bool handed, RlGrant *grant,
 			   RlRequest *req)
 {
 	int64_t		counters[RL_MAX_NODES];
 	int			ncounters = 0;
 	int64		token;
 	RlAttempt	result;
-	bool		refused[RL_MAX_NODES] = {0};
+	bool		unset[RL_MAX_NODES] = {0};
+	bool		announce = handed || req->decision == RL_WON;
 
-	/* where the attempt's own round was refused, nothing of ours is set */
+	/* where the round was refused or not sent, nothing of ours is set */
 	for (int i = 0; i < req->nnodes; i++)
-		refused[i] = req->results[i].vote == RL_VOTE_NO;
+		unset[i] = req->results[i].vote == RL_VOTE_NO ||
+			req->results[i].in_backoff;
 
 	if (req->decision != RL_WON)
 	{
@@ -393,7 +406,7 @@ settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 	return RL_ATTEMPT_GRANTED;
 
 failed:
-	withdraw_attempt(key, keylen, grant->owner, refused);
+	withdraw_attempt(key, keylen, grant->owner, unset, announce);
 	rl_in_flight.active = false;
 	return result;
 }
@@ -433,7 +446,7 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	req_out->argv = NULL;
 	req_out->argvlen = NULL;
 	return settle_attempt(resource, key, keylen, ttl_ms, proposal, start_us,
-						  grant, req_out);
+						  false, grant, req_out);
 }
 
 /* A new lock value for a waiter's standing offer of a handoff. */
@@ -478,10 +491,13 @@ rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 	req->argv = NULL;
 	req->argvlen = NULL;
 	out->nnodes = req->nnodes;
+	out->not_asked = 0;
 	for (int i = 0; i < req->nnodes; i++)
 	{
 		out->votes[i] = req->results[i].vote;
 		out->counters[i] = req->results[i].counter;
+		if (req->results[i].in_backoff)
+			out->not_asked |= (uint32) 1 << i;
 	}
 }
 
@@ -503,6 +519,7 @@ rl_proto_take_handoff(const char *resource, const char *key, int keylen,
 
 		req->results[i].vote = v;
 		req->results[i].counter = ho->counters[i];
+		req->results[i].in_backoff = (ho->not_asked & ((uint32) 1 << i)) != 0;
 		snprintf(req->results[i].detail, sizeof(req->results[i].detail), "%s",
 				 v == RL_VOTE_YES ? "granted (handed over at release)" :
 				 v == RL_VOTE_NO ? "held by another owner" : "no answer to the releasing holder");
@@ -515,7 +532,7 @@ rl_proto_take_handoff(const char *resource, const char *key, int keylen,
 	memcpy(grant->owner, owner, RL_OWNER_LEN + 1);
 	set_in_flight(key, keylen, owner);
 	return settle_attempt(resource, key, keylen, ttl_ms, ho->proposal,
-						  ho->start_us, grant, req);
+						  ho->start_us, true, grant, req);
 }
 
 /* Abort path: release what an interrupted attempt may have set. */
@@ -525,7 +542,7 @@ rl_proto_abandon_in_flight(void)
 	if (rl_in_flight.active)
 	{
 		rl_in_flight.active = false;
-		release_nowait(rl_in_flight.key, rl_in_flight.keylen,
+		rl_proto_release_one(rl_in_flight.key, rl_in_flight.keylen,
 					   rl_in_flight.owner, true);
 	}
 }

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * protocol.h
- *	  The Redlock protocol on the nodes: acquire, write back, extend and
- *	  release, each one round of Lua scripts sent to every node.
+ *	  The Redlock protocol on the nodes: acquire (and write back), release,
+ *	  hand over to a waiter (protocol.c), extend and ask who holds a lock
+ *	  (protocol_extend.c), each one round of Lua scripts sent to every node.
  *
  *-------------------------------------------------------------------------
  */
@@ -49,6 +50,7 @@ typedef struct RlHandoff
 	int			nnodes;
 	RlVote		votes[RL_MAX_NODES];
 	int64_t		counters[RL_MAX_NODES];
+	uint32		not_asked;		/* bit i: node i was in backoff, not asked */
 } RlHandoff;
 
 /* One lease to extend: its Redis key, random owner value and new TTL. */
@@ -65,6 +67,8 @@ extern RlAttempt rl_proto_acquire(const char *resource, const char *key,
 								  int keylen, int ttl_ms, RlGrant *grant,
 								  RlRequest *req_out);
 extern void rl_proto_abandon_in_flight(void);
+extern void rl_proto_release_one(const char *key, int keylen,
+								 const char *owner, bool nothrow);
 extern void rl_proto_new_owner(char *owner);
 extern void rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 							 const char *waiter_owner, int waiter_ttl_ms,

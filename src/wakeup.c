@@ -55,6 +55,7 @@ typedef struct RlKeyNote
 	char		key[RL_KEY_MAX + 1];	/* hash key */
 	uint32		nodes;			/* bit i: node i */
 	int64_t		since_us;
+	bool		woken;			/* a majority said it: the waiter was woken */
 } RlKeyNote;
 
 static HTAB *rl_heard = NULL;	/* releases announced by too few nodes yet */
@@ -74,26 +75,41 @@ key_notes(const char *name)
 
 /*
  * Node node says something of key: once a majority of the nodes said it,
- * wake the key's first waiter here and forget the note.
+ * wake the key's first waiter here.  The note stays (until notes_due lets
+ * it go) so that the other nodes' word on the same event is not taken for
+ * a new one; a node that speaks again starts a new note.
  */
 static void
 note_node(HTAB *notes, int node, const char *key)
 {
 	RlKeyNote  *n;
 	bool		found;
+	uint32		bit = (uint32) 1 << node;
 
 	n = hash_search(notes, key, HASH_ENTER, &found);
-	if (!found)
+	if (!found || (n->nodes & bit) != 0)
 	{
 		n->nodes = 0;
 		n->since_us = rl_now_us();
+		n->woken = false;
 	}
-	n->nodes |= (uint32) 1 << node;
-	if (pg_popcount32(n->nodes) >= rl_majority(rl_nodes_count()))
+	n->nodes |= bit;
+	if (!n->woken && pg_popcount32(n->nodes) >= rl_majority(rl_nodes_count()))
 	{
 		rl_lock_table_wake_key(key, strlen(key));
-		hash_search(notes, key, HASH_REMOVE, NULL);
+		n->woken = true;
 	}
+}
+
+static void
+forget_all(HTAB *notes)
+{
+	HASH_SEQ_STATUS status;
+	RlKeyNote  *n;
+
+	hash_seq_init(&status, notes);
+	while ((n = hash_seq_search(&status)) != NULL)
+		hash_search(notes, n->key, HASH_REMOVE, NULL);
 }
 
 static void
@@ -112,9 +128,9 @@ on_push(int node, RlPushKind kind, const char *channel, size_t len)
 }
 
 /*
- * Notes older than after_ms: wake the key's first waiter (wake) or just
- * forget them.  Returns the milliseconds until the next note is due (at
- * most a second).
+ * Notes older than after_ms: wake the key's first waiter (wake, unless a
+ * majority already did) and forget them.  Returns the milliseconds until
+ * the next note is due (at most a second).
  */
 static long
 notes_due(HTAB *notes, long after_ms, bool wake)
@@ -131,7 +147,7 @@ notes_due(HTAB *notes, long after_ms, bool wake)
 
 		if (due <= now)
 		{
-			if (wake)
+			if (wake && !n->woken)
 				rl_lock_table_wake_key(n->key, strlen(n->key));
 			hash_search(notes, n->key, HASH_REMOVE, NULL);
 		}
@@ -142,9 +158,9 @@ notes_due(HTAB *notes, long after_ms, bool wake)
 }
 
 /*
- * The keys to listen to: those awaited now (awaited[], nawaited of them)
- * and those awaited within the last RL_WAKEUP_LINGER_MS, into wanted[];
- * returns how many.
+ * The keys to listen to, into wanted[]: those awaited now (awaited[],
+ * nawaited of them) first, then those awaited within the last
+ * RL_WAKEUP_LINGER_MS, up to RL_WAKEUP_MAX_KEYS in all.  Returns how many.
  */
 static int
 keys_wanted(char (*awaited)[RL_KEY_MAX + 1], int nawaited,
@@ -159,10 +175,13 @@ keys_wanted(char (*awaited)[RL_KEY_MAX + 1], int nawaited,
 	{
 		n = hash_search(rl_listened, awaited[i], HASH_ENTER, NULL);
 		n->since_us = now;
+		strlcpy(wanted[nwanted++], awaited[i], RL_KEY_MAX + 1);
 	}
 	hash_seq_init(&status, rl_listened);
 	while ((n = hash_seq_search(&status)) != NULL)
 	{
+		if (n->since_us == now)
+			continue;			/* awaited now: in wanted[] already */
 		if (now - n->since_us > (int64_t) RL_WAKEUP_LINGER_MS * 1000 ||
 			nwanted == RL_WAKEUP_MAX_KEYS)
 			hash_search(rl_listened, n->key, HASH_REMOVE, NULL);
@@ -258,7 +277,12 @@ redlock_wakeup_main(Datum main_arg)
 			bool		none[RL_MAX_NODES];
 
 			if (rl_nodes_config_changed())
-				nsubscribed = 0;	/* new connections: subscribe anew */
+			{
+				/* new connections: subscribe anew; node bits mean others */
+				nsubscribed = 0;
+				forget_all(rl_heard);
+				forget_all(rl_fresh);
+			}
 			rl_nodes_ready();
 			nwanted = keys_wanted(awaited,
 								  rl_lock_table_awaited_keys(awaited, RL_WAKEUP_MAX_KEYS),
@@ -286,6 +310,7 @@ redlock_wakeup_main(Datum main_arg)
 
 				f->nodes = 0;
 				f->since_us = rl_now_us();
+				f->woken = false;
 			}
 			if (n > 0)
 				send_subscription("SUBSCRIBE", diff, n, whole);

@@ -54,6 +54,9 @@ sub first_value
 	return $redis[0]->cli('GET', "redlock:lock:$res");
 }
 
+# how many nodes a round may not have waited for: it ends at a majority
+my $late = @redis - int(@redis / 2) - 1;
+
 sub attempts
 {
 	return $pg->safe_psql('postgres', 'SELECT attempts FROM redlock_stats');
@@ -95,7 +98,10 @@ cmp_ok($tok, '>', $t1, 'the waiter was granted a newer token');
 cmp_ok($took, '<', 5, "at the release (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
 wait_for(sub { evals() - $e0 >= @redis });    # the round ended at a majority
 usleep(200_000);
-is(evals() - $e0, scalar @redis, 'the release and the grant were one round: one EVAL per node');
+# plus, on the nodes it had not heard from when it ended, a must-deliver
+# release of the holder's own value (a no-op there once the handoff ran)
+cmp_ok(evals() - $e0, '<=', @redis + $late,
+	'the release and the grant were one round: one EVAL per node (and a release where it did not wait)');
 is(attempts() - $a0, 0, 'the waiter made no attempt of its own');
 is(join(' ', map { /:(\d+)$/ ? $1 : $_ } values_of('ho:a')), join(' ', ($wpid) x @redis),
 	'every node holds the lock for the waiter');
@@ -160,7 +166,6 @@ is($pg->safe_psql('postgres', "SELECT redlock_try_lock('ho:r') IS NULL"), 't', '
 # the round ends once a majority refused: the withdrawal still goes to the
 # nodes that had not answered by then (with 3 nodes, at most one), never
 # to those that refused
-my $late = @redis - int(@redis / 2) - 1;
 usleep(200_000);
 cmp_ok(evals() - $e0, '<=', @redis + $late,
 	'refused by every node: one EVAL per node, no withdrawal where it was refused');
@@ -215,6 +220,50 @@ $w->query_safe("SELECT redlock_unlock('ho:i')");
 ok(wait_for(sub { join(' ', values_of('ho:i')) eq join(' ', ('-') x @redis) }),
 	'and nothing is left after its unlock');
 is($h->query("SELECT count(*) FROM redlock_leases"), "0", "the holder holds nothing");
+$w->quit;
+
+# --- a waiter that talks to other nodes (here: the same nodes in another
+# order) is not handed the lease: the holder's votes would not be its own.
+# It asks the nodes itself.
+my $permuted = join(',', map { $_->addr } reverse @redis);
+$h->quit;    # a new holder session: this one's last error stays in its stderr
+$h = $pg->background_psql('postgres', on_error_stop => 0);
+$h->query_safe("SET redlock.nodes = '$permuted'");
+$t1 = $h->query_safe("SELECT redlock_lock('ho:n', 60000)");
+($w, $wpid) = start_waiter('ho:n');
+$a0 = attempts();
+$h->query_safe("SELECT redlock_unlock('ho:n')");
+$tok = $w->query_safe('SELECT :got');
+cmp_ok($tok, '>', $t1, 'another node list: the waiter still gets the lease, with a newer token');
+is(attempts() - $a0, 1, 'by an attempt of its own, not a handoff');
+$w->query_safe("SELECT redlock_unlock('ho:n')");
+$w->quit;
+$h->query_safe('RESET redlock.nodes');
+
+# --- the waiter's own limit holds while a holder hands it the lease: two
+# of three nodes stopped, the holder's round waits up to its 10 s
+# node_timeout, the waiter's wait_ms is 1 s
+$h->query_safe("SELECT redlock_lock('ho:t', 60000)");
+$w = $pg->background_psql('postgres', on_error_stop => 0);
+$wpid = $w->query_safe('SELECT pg_backend_pid()');
+$w->query_until(qr/waiting/,
+	"\\echo waiting\nSELECT redlock_lock('ho:t', 60000, wait_ms => 3000) AS got \\gset\n");
+$pg->poll_query_until('postgres',
+	"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE pid = $wpid")
+  or die 'the waiter on ho:t is not asleep';
+$_->pause for @redis[1, 2];
+$h->query_safe("SET redlock.node_timeout = '10s'");
+$t0 = time;
+$h->query_until(qr/unlocking/, "\\echo unlocking\nSELECT redlock_unlock('ho:t');\n");
+ok(wait_for(sub { first_value('ho:t') =~ /:$wpid$/ }), 'the holder is handing the lease over');
+$w->query('SELECT 1');
+$took = time - $t0;
+like($w->{stderr}, qr/could not obtain lease on "ho:t" within wait_ms/, 'the waiter gives up at its wait_ms');
+cmp_ok($took, '<', 8, "without waiting for the holder's round (${\ sprintf '%.2f', $took }s; node_timeout 10 s)");
+$_->resume for @redis[1, 2];
+$h->query('RESET redlock.node_timeout');
+ok(wait_for(sub { join(' ', values_of('ho:t')) eq join(' ', ('-') x @redis) }),
+	'nothing of the handoff is left on any node');
 $w->quit;
 
 $h->quit;
