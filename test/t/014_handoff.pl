@@ -242,12 +242,14 @@ $h->query_safe('RESET redlock.nodes');
 
 # --- the waiter's own limit holds while a holder hands it the lease: two
 # of three nodes stopped, the holder's round waits up to its 10 s
-# node_timeout, the waiter's wait_ms is 1 s
+# node_timeout, the waiter's wait_ms is 3 s.  The waiter catches the error
+# in a PL/pgSQL block (a subtransaction abort) and its session goes on.
 $h->query_safe("SELECT redlock_lock('ho:t', 60000)");
 $w = $pg->background_psql('postgres', on_error_stop => 0);
 $wpid = $w->query_safe('SELECT pg_backend_pid()');
 $w->query_until(qr/waiting/,
-	"\\echo waiting\nSELECT redlock_lock('ho:t', 60000, wait_ms => 3000) AS got \\gset\n");
+	"\\echo waiting\nDO \$\$ BEGIN PERFORM redlock_lock('ho:t', 60000, wait_ms => 3000); "
+	  . "EXCEPTION WHEN lock_not_available THEN RAISE NOTICE 'gave up: %', SQLERRM; END \$\$;\n");
 $pg->poll_query_until('postgres',
 	"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE pid = $wpid")
   or die 'the waiter on ho:t is not asleep';
@@ -258,12 +260,16 @@ $h->query_until(qr/unlocking/, "\\echo unlocking\nSELECT redlock_unlock('ho:t');
 ok(wait_for(sub { first_value('ho:t') =~ /:$wpid$/ }), 'the holder is handing the lease over');
 $w->query('SELECT 1');
 $took = time - $t0;
-like($w->{stderr}, qr/could not obtain lease on "ho:t" within wait_ms/, 'the waiter gives up at its wait_ms');
+like($w->{stderr}, qr/gave up: could not obtain lease on "ho:t" within wait_ms/,
+	'the waiter gives up at its wait_ms (caught in a PL/pgSQL block)');
 cmp_ok($took, '<', 8, "without waiting for the holder's round (${\ sprintf '%.2f', $took }s; node_timeout 10 s)");
 $_->resume for @redis[1, 2];
 $h->query('RESET redlock.node_timeout');
 ok(wait_for(sub { join(' ', values_of('ho:t')) eq join(' ', ('-') x @redis) }),
 	'nothing of the handoff is left on any node');
+$w->{stderr} = '';
+is($w->query('SELECT count(*) FROM redlock_leases'), '0', 'the waiter\'s session holds nothing');
+like($w->query("SELECT redlock_try_lock('ho:t', 60000)"), qr/^\d+$/, 'and takes the lease when it is free');
 $w->quit;
 
 $h->quit;
