@@ -16,11 +16,13 @@ OBJS = \
 	src/node_wait.o \
 	src/protocol.o \
 	src/protocol_extend.o \
+	src/protocol_handoff.o \
 	src/registry.o \
 	src/lifecycle.o \
 	src/lease_sql.o \
 	src/lease_wait.o \
 	src/handoff.o \
+	src/handoff_remote.o \
 	src/lock_table.o \
 	src/locks_view.o \
 	src/wait_events.o \

@@ -24,10 +24,20 @@
  * releases both values and reports the round as failed, and the waiter
  * simply asks the nodes itself.
  *
+ * The same offer serves holders on other servers: each attempt of a lock
+ * call that waits leaves a fresh value on the nodes that refuse it
+ * (rl_handoff_new_offer), and asleep the waiter offers that value here, so
+ * that whichever release comes first, local or remote, hands over the same
+ * value.  The wake-up worker gathers the word of the nodes on a remote
+ * handoff (handoff_remote.c); until it is done the offer is collecting,
+ * and no holder here takes it up.  A waiter that gives up withdraws its
+ * offer from the nodes too.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "guc.h"
 #include "handoff.h"
 #include "lock_table_internal.h"
 
@@ -47,21 +57,77 @@ static struct
 /* ---------- the waiter ---------- */
 
 /*
- * About to sleep in slot: offer to be handed the lease at its release.
- * owner receives the lock value the holder will set for us.
+ * Can the attempts of a lock call that waits leave its offer on the nodes?
+ * Only when the wake-up worker listens to the same nodes as the session,
+ * in the same order: it gathers their word for us.
+ */
+bool
+rl_handoff_remote_possible(int slot)
+{
+	uint64_t	nodes;
+
+	if (rl_table == NULL || slot < 0)
+		return false;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	nodes = rl_table->wakeup_nodes;
+	LWLockRelease(rl_table->lock);
+	return nodes != 0 && nodes == rl_nodes_fingerprint();
+}
+
+/*
+ * Before an attempt of a lock call that waits: a fresh value for its offer,
+ * which the attempt leaves on the nodes that refuse it.  The slot keeps it,
+ * so that the abort path can withdraw it from there.
  */
 void
-rl_handoff_offer(int slot, int ttl_ms, char *owner)
+rl_handoff_new_offer(int slot, RlOffer *offer)
+{
+	RlSlot	   *s = &rl_table->slots[slot];
+
+	if (offer->owner[0] != '\0')
+		memcpy(offer->prev, offer->owner, RL_OWNER_LEN + 1);
+	rl_proto_new_owner(offer->owner);
+	offer->on_nodes = true;
+	offer->px_ms = rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	Assert(s->handoff == RL_HANDOFF_NONE);
+	strlcpy(s->remote_owner, offer->owner, sizeof(s->remote_owner));
+	LWLockRelease(rl_table->lock);
+}
+
+/*
+ * The offer was handed over (settled, or failed and withdrawn): the next
+ * offer needs a fresh value.  The next attempt still takes back a lock
+ * handed to this one on a node it did not hear from (ACQUIRE_WAITING_SCRIPT).
+ */
+void
+rl_handoff_used(RlOffer *offer)
+{
+	if (offer->owner[0] != '\0')
+		memcpy(offer->prev, offer->owner, RL_OWNER_LEN + 1);
+	offer->owner[0] = '\0';
+	offer->on_nodes = false;
+}
+
+/*
+ * About to sleep in slot: offer to be handed the lease at its release, with
+ * the value of our last attempt's offer on the nodes (or a fresh one).
+ */
+void
+rl_handoff_offer(int slot, int ttl_ms, RlOffer *offer)
 {
 	RlSlot	   *s;
 
 	if (rl_table == NULL || slot < 0)
 		return;
-	rl_proto_new_owner(owner);
+	if (offer->owner[0] == '\0')
+		rl_proto_new_owner(offer->owner);
 	s = &rl_table->slots[slot];
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->handoff == RL_HANDOFF_NONE);
-	strlcpy(s->owner, owner, sizeof(s->owner));
+	strlcpy(s->owner, offer->owner, sizeof(s->owner));
+	s->remote_proposal = offer->proposal;
+	s->remote_since_us = offer->since_us;
 	s->ttl_ms = ttl_ms;
 	s->handoff_nodes = rl_nodes_fingerprint();
 	s->handoff = RL_HANDOFF_OFFERED;
@@ -89,6 +155,7 @@ rl_handoff_withdraw(int slot, RlHandoff *ho)
 			s->handoff = RL_HANDOFF_NONE;
 			break;
 		case RL_HANDOFF_RUNNING:
+		case RL_HANDOFF_COLLECTING:
 			outcome = RL_HANDED_PENDING;
 			break;
 		case RL_HANDOFF_DONE:
@@ -103,15 +170,21 @@ rl_handoff_withdraw(int slot, RlHandoff *ho)
 
 /*
  * Abort and exit paths, before the waiter's slot is removed: an offer a
- * holder took up may have left our value on the nodes.  Raises nothing.
+ * holder took up may have left our value on the nodes, and our attempts
+ * left the offer itself there (the release removes it too).  Raises
+ * nothing.
  */
 void
 rl_handoff_abandon(int slot)
 {
 	RlSlot	   *s;
 	RlHandoffState state;
+	RlReleaseItem items[2];
+	int			nitems = 0;
 	char		owner[RL_OWNER_LEN + 1];
+	char		remote[RL_OWNER_LEN + 1];
 	char		key[RL_KEY_MAX + 1];
+	RlRequest	req;
 
 	if (rl_table == NULL || slot < 0)
 		return;
@@ -120,10 +193,22 @@ rl_handoff_abandon(int slot)
 	state = s->handoff;
 	s->handoff = RL_HANDOFF_NONE;
 	strlcpy(owner, s->owner, sizeof(owner));
+	strlcpy(remote, s->remote_owner, sizeof(remote));
 	strlcpy(key, s->key, sizeof(key));
+	s->remote_owner[0] = '\0';
 	LWLockRelease(rl_table->lock);
-	if (state == RL_HANDOFF_RUNNING || state == RL_HANDOFF_DONE)
-		rl_proto_release_one(key, strlen(key), owner, true);
+	if (state == RL_HANDOFF_RUNNING || state == RL_HANDOFF_COLLECTING ||
+		state == RL_HANDOFF_DONE)
+		items[nitems++].owner = owner;
+	if (remote[0] != '\0' && (nitems == 0 || strcmp(remote, owner) != 0))
+		items[nitems++].owner = remote;
+	for (int i = 0; i < nitems; i++)
+	{
+		items[i].key = key;
+		items[i].keylen = strlen(key);
+	}
+	if (nitems > 0)
+		rl_proto_release(items, nitems, false, true, 0, NULL, &req);
 }
 
 /* ---------- the releasing holder ---------- */

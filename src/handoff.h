@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * handoff.h
- *	  Handing a released lease straight to the next waiter of this server.
+ *	  Handing a released lease straight to a waiter of this server, by a
+ *	  holder here (handoff.c) or on another server (handoff_remote.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -19,7 +20,10 @@ typedef enum RlHandoffOutcome
 } RlHandoffOutcome;
 
 /* the waiter */
-extern void rl_handoff_offer(int slot, int ttl_ms, char *owner);
+extern bool rl_handoff_remote_possible(int slot);
+extern void rl_handoff_new_offer(int slot, RlOffer *offer);
+extern void rl_handoff_used(RlOffer *offer);
+extern void rl_handoff_offer(int slot, int ttl_ms, RlOffer *offer);
 extern RlHandoffOutcome rl_handoff_withdraw(int slot, RlHandoff *ho);
 extern void rl_handoff_abandon(int slot);
 
@@ -29,5 +33,12 @@ extern bool rl_handoff_claim(int holder_slot, const char *resource,
 extern void rl_handoff_run(const RlReleaseItem *ours, const char *resource,
 						   bool nothrow, int64_t deadline_us, RlRequest *req);
 extern void rl_handoff_abort(void);
+
+/* the wake-up worker, for a holder on another server (handoff_remote.c) */
+extern void rl_handoff_remote_nodes(uint64_t nodes);
+extern void rl_handoff_remote_heard(int node, const char *key,
+									const char *owner, int64 counter,
+									int64 elapsed_us);
+extern long rl_handoff_remote_due(void);
 
 #endif							/* REDLOCK_HANDOFF_H */

@@ -17,6 +17,7 @@
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
+#include "handoff.h"
 #include "lease_sql.h"
 #include "lease_wait.h"
 #include "lifecycle.h"
@@ -239,6 +240,7 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 	waiter.slot = slot;
 	waiter.started_us = started_us;
 	waiter.wait_ms = wait_ms;
+	memset(&waiter.offer, 0, sizeof(waiter.offer));
 	for (;;)
 	{
 		RlAttempt	r;
@@ -256,7 +258,16 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 			continue;
 		}
 
-		r = rl_proto_acquire(resource, key, keylen, ttl_ms, &grant, &req);
+		/* a lock call that waits leaves its offer where it is refused */
+		if (!try_only && rl_handoff_remote_possible(slot))
+		{
+			rl_handoff_new_offer(slot, &waiter.offer);
+			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &waiter.offer,
+								 &grant, &req);
+		}
+		else
+			r = rl_proto_acquire(resource, key, keylen, ttl_ms, NULL,
+								 &grant, &req);
 		asked = true;
 		if (r == RL_ATTEMPT_GRANTED)
 			break;

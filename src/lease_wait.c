@@ -89,14 +89,14 @@ sleep_ms(const RlWaiter *w, const RlRequest *last)
  * for the 55P03 detail.  *announced: the wake-up worker knows we wait.
  */
 bool
-rl_wait_turn(const RlWaiter *w, const RlRequest *last, bool *announced,
+rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 			 RlGrant *grant)
 {
 	long		delay_ms = sleep_ms(w, last);
-	char		owner[RL_OWNER_LEN + 1];
 	RlHandoff	ho;
 	RlHandoffOutcome outcome;
 	RlRequest	req;
+	bool		granted;
 
 	if (!*announced)
 	{
@@ -104,7 +104,7 @@ rl_wait_turn(const RlWaiter *w, const RlRequest *last, bool *announced,
 		*announced = true;
 	}
 
-	rl_handoff_offer(w->slot, w->ttl_ms, owner);
+	rl_handoff_offer(w->slot, w->ttl_ms, &w->offer);
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 delay_ms, rl_wait_event_lease());
 	ResetLatch(MyLatch);
@@ -125,6 +125,8 @@ rl_wait_turn(const RlWaiter *w, const RlRequest *last, bool *announced,
 	}
 	if (outcome != RL_HANDED_OVER)
 		return false;
-	return rl_proto_take_handoff(w->resource, w->key, w->keylen, w->ttl_ms,
-								 owner, &ho, grant, &req) == RL_ATTEMPT_GRANTED;
+	granted = rl_proto_take_handoff(w->resource, w->key, w->keylen, w->ttl_ms,
+									&w->offer, &ho, grant, &req) == RL_ATTEMPT_GRANTED;
+	rl_handoff_used(&w->offer);
+	return granted;
 }

@@ -20,9 +20,10 @@ typedef struct RlWaiter
 	int			slot;			/* its lock table row, or -1 */
 	int64_t		started_us;		/* when the call began */
 	int			wait_ms;		/* its own limit, or -1 */
+	RlOffer		offer;			/* to be handed the lease at release */
 } RlWaiter;
 
-extern bool rl_wait_turn(const RlWaiter *w, const RlRequest *last,
+extern bool rl_wait_turn(RlWaiter *w, const RlRequest *last,
 						 bool *announced, RlGrant *grant);
 
 #endif							/* REDLOCK_LEASE_WAIT_H */

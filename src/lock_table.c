@@ -129,6 +129,8 @@ rl_lock_table_set_worker(RlWorkerRole role, bool running)
 		return;
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	rl_table->worker_procno[role] = running ? rl_my_procno() : -1;
+	if (role == RL_WORKER_WAKEUP && !running)
+		rl_table->wakeup_nodes = 0;	/* nobody gathers remote handoffs */
 	LWLockRelease(rl_table->lock);
 }
 

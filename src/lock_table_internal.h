@@ -22,6 +22,9 @@ typedef enum RlHandoffState
 	RL_HANDOFF_NONE,			/* no offer: the waiter is not asleep */
 	RL_HANDOFF_OFFERED,			/* asleep, its lock value in owner */
 	RL_HANDOFF_RUNNING,			/* a releasing holder runs the round */
+	RL_HANDOFF_COLLECTING,		/* the wake-up worker gathers the word of
+								 * the nodes where a holder on another
+								 * server handed it over, in handoff_result */
 	RL_HANDOFF_DONE				/* the round's outcome is in handoff_result */
 } RlHandoffState;
 
@@ -51,7 +54,12 @@ typedef struct RlSlot
 	/* handoff: a waiter's standing offer, taken up by a releasing holder */
 	RlHandoffState handoff;
 	uint64_t	handoff_nodes;	/* the waiter's rl_nodes_fingerprint() */
-	RlHandoff	handoff_result; /* when RL_HANDOFF_DONE */
+	RlHandoff	handoff_result; /* when RL_HANDOFF_COLLECTING or _DONE */
+	int64_t		collect_since_us;	/* when collecting began */
+	/* the offer its last attempt left on the nodes (protocol.c) */
+	char		remote_owner[RL_OWNER_LEN + 1];	/* "" for none */
+	int64		remote_proposal;
+	int64_t		remote_since_us;	/* when that attempt began */
 	char		owner[RL_OWNER_LEN + 1];	/* the holder's, or the waiter's
 											 * offered lock value */
 	char		key[RL_KEY_MAX + 1];
@@ -62,6 +70,8 @@ typedef struct RlLockTable
 {
 	LWLock	   *lock;
 	int			worker_procno[RL_NWORKERS];	/* each worker's, or -1 */
+	uint64_t	wakeup_nodes;	/* the wake-up worker's node list
+								 * (rl_nodes_fingerprint()), or 0 */
 	uint64		next_seq;
 	int			nslots;
 	RlSlot		slots[FLEXIBLE_ARRAY_MEMBER];

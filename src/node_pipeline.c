@@ -55,10 +55,16 @@ take_push(RlNode *node, redisReply *reply)
 	if ((kind->len == 7 && memcmp(kind->str, "message", 7) == 0) ||
 		(kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0))
 	{
-		if (reply->element[1]->type == REDIS_REPLY_STRING)
+		const redisReply *payload = reply->element[2];
+		bool		message = kind->len == 7;
+
+		if (reply->element[1]->type == REDIS_REPLY_STRING &&
+			(!message || payload->type == REDIS_REPLY_STRING))
 			rl_push_handler((int) (node - rl_nodes),
-							kind->len == 7 ? RL_PUSH_MESSAGE : RL_PUSH_SUBSCRIBED,
-							reply->element[1]->str, reply->element[1]->len);
+							message ? RL_PUSH_MESSAGE : RL_PUSH_SUBSCRIBED,
+							reply->element[1]->str, reply->element[1]->len,
+							message ? payload->str : NULL,
+							message ? payload->len : 0);
 		return true;
 	}
 	return kind->len == 11 && memcmp(kind->str, "unsubscribe", 11) == 0;

@@ -88,7 +88,7 @@ extern int	rl_nodes_open_connections(void);
 /*
  * Pub/sub: what a node pushes goes to the push handler, with the node's
  * index, instead of being matched to requests: messages (["message",
- * channel, payload]) and the confirmations of SUBSCRIBE.
+ * channel, payload]) and the confirmations of SUBSCRIBE (no payload).
  */
 typedef enum RlPushKind
 {
@@ -97,7 +97,8 @@ typedef enum RlPushKind
 } RlPushKind;
 
 typedef void (*RlPushHandler) (int node, RlPushKind kind,
-							   const char *channel, size_t len);
+							   const char *channel, size_t len,
+							   const char *payload, size_t payloadlen);
 extern void rl_nodes_set_push_handler(RlPushHandler handler);
 extern uint64_t rl_node_connection_serial(int i);
 extern bool rl_node_connected(int i);

@@ -17,7 +17,16 @@
  * now gets it when it can.  One release command carries up to
  * RL_RELEASE_CHUNK leases, so a commit that ends hundreds of leases is one
  * round trip.  A release that finds a waiter of this server asleep hands
- * the lock to it in the same script (handoff.c).
+ * the lock to it in the same script (handoff.c, protocol_handoff.c).
+ *
+ * A waiter on another server is handed the lock by the release script
+ * itself: the waiter's refused attempt leaves its offer (a fresh lock value
+ * W, its TTL and token proposal) in a hash beside the lock,
+ * "<prefix>wait:<resource>", on every node that refused it; a release that
+ * finds an offer sets W in the same script, exactly as an acquire would,
+ * and publishes "W counter elapsed" instead of announcing a free lock.  The
+ * waiter's wake-up worker collects those messages (handoff_remote.c) and
+ * the waiter settles them as its own attempt.
  *
  *-------------------------------------------------------------------------
  */
@@ -50,18 +59,33 @@ static const char ACQUIRE_SCRIPT[] =
 "return c\n";
 
 /*
- * A release that hands the lock to the next waiter of this server: delete
- * our value (KEYS[1] = ARGV[1]), then take the lock for the waiter exactly
- * as ACQUIRE_SCRIPT does (value ARGV[2], TTL ARGV[3], proposal ARGV[4]).
- * Nothing is published: the lock is not free.
+ * ACQUIRE_SCRIPT for a lock call that waits, with its offer hash KEYS[3]:
+ * where the lock is held, leave the offer (value ARGV[4], the TTL, the
+ * proposal, the counter's name and the node's time) unless another
+ * waiter's is there; ARGV[6] is its lifetime.  ARGV[5] is the value of our
+ * previous offer, or '': it is replaced, and a lock a release handed to it
+ * after we stopped listening is taken back for this attempt.
  */
-static const char HANDOFF_SCRIPT[] =
-"if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
+static const char ACQUIRE_WAITING_SCRIPT[] =
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
-"if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then\n"
+"local prev = ARGV[5]\n"
+"if prev ~= '' and redis.call('GET', KEYS[1]) == prev then\n"
+"  redis.call('DEL', KEYS[1])\n"
+"end\n"
+"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+"  local w = redis.call('HGET', KEYS[3], 'v')\n"
+"  if not w or w == prev then\n"
+"    local t = redis.call('TIME')\n"
+"    redis.call('HSET', KEYS[3], 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
+"               'c', KEYS[2], 's', t[1], 'u', t[2])\n"
+"    redis.call('PEXPIRE', KEYS[3], ARGV[6])\n"
+"  end\n"
 "  return false\n"
 "end\n"
-"local p = ARGV[4]\n"
+"if prev ~= '' and redis.call('HGET', KEYS[3], 'v') == prev then\n"
+"  redis.call('DEL', KEYS[3])\n"
+"end\n"
+"local p = ARGV[3]\n"
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
 "return c\n";
 
@@ -74,17 +98,41 @@ static const char WRITEBACK_SCRIPT[] =
 
 /*
  * KEYS[i] is released when it still holds ARGV[i]; returns how many were.
- * Each release is published on a channel named after the key, so waiters on
- * other servers are woken (their wake-up worker subscribes); pcall, so a
- * Redis user without PUBLISH still releases (its waiters then poll).
+ * ARGV[#KEYS + 1] is the key prefix, which names each lock's offer hash.
+ * A released lock with a waiter's offer (ACQUIRE_WAITING_SCRIPT) is taken
+ * for that waiter as its acquire would, and "value counter elapsed" is
+ * published (elapsed: microseconds since the offer was left, by the node's
+ * clock); a lock left free is announced with an empty message.  Either
+ * way on the key's channel, which the wake-up workers of other servers
+ * subscribe to; pcall, so a Redis user without PUBLISH still releases (its
+ * waiters then poll).  An offer of the value released is removed.
  */
 static const char RELEASE_SCRIPT[] =
+"local pre = ARGV[#KEYS + 1]\n"
 "local n = 0\n"
 "for i = 1, #KEYS do\n"
-"  if redis.call('GET', KEYS[i]) == ARGV[i] then\n"
-"    n = n + redis.call('DEL', KEYS[i])\n"
-"    redis.pcall('PUBLISH', KEYS[i], '')\n"
+"  local k = KEYS[i]\n"
+"  local o = nil\n"
+"  if string.sub(k, 1, #pre + 5) == pre .. 'lock:' then\n"
+"    o = pre .. 'wait:' .. string.sub(k, #pre + 6)\n"
 "  end\n"
+"  if redis.call('GET', k) == ARGV[i] then\n"
+"    n = n + redis.call('DEL', k)\n"
+"    local f = o and redis.call('HMGET', o, 'v', 'x', 'p', 'c', 's', 'u')\n"
+"    if f and f[1] and f[1] ~= ARGV[i] then\n"
+"      redis.call('DEL', o)\n"
+"      redis.call('SET', k, f[1], 'PX', f[2])\n"
+"      local c = redis.call('GET', f[4]) or '0'\n"
+"      local p = f[3]\n"
+"      if #p > #c or (#p == #c and p > c) then redis.call('SET', f[4], p) end\n"
+"      local t = redis.call('TIME')\n"
+"      local us = (t[1] - f[5]) * 1000000 + (t[2] - f[6])\n"
+"      redis.pcall('PUBLISH', k, f[1] .. ' ' .. c .. ' ' .. string.format('%d', us))\n"
+"    else\n"
+"      redis.pcall('PUBLISH', k, '')\n"
+"    end\n"
+"  end\n"
+"  if o and redis.call('HGET', o, 'v') == ARGV[i] then redis.call('DEL', o) end\n"
 "end\n"
 "return n\n";
 
@@ -92,15 +140,20 @@ static const char RELEASE_SCRIPT[] =
  * The withdrawal of an attempt that was refused: RELEASE_SCRIPT for one
  * key, announcing nothing.  The lock was never ours on a majority, so
  * nobody waits for it to go; a publish would wake every waiter, ours
- * included, only to be refused again by the holder.
+ * included, only to be refused again by the holder.  With KEYS[2], an
+ * offer of the value is removed too.
  */
 static const char WITHDRAW_SCRIPT[] =
+"local n = 0\n"
 "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-"  return redis.call('DEL', KEYS[1])\n"
+"  n = redis.call('DEL', KEYS[1])\n"
 "end\n"
-"return 0\n";
+"if KEYS[2] and redis.call('HGET', KEYS[2], 'v') == ARGV[1] then\n"
+"  redis.call('DEL', KEYS[2])\n"
+"end\n"
+"return n\n";
 
-static int64 rl_last_token = 0;
+int64		rl_last_token = 0;
 
 /*
  * The acquiring state of a lease: an attempt whose outcome is not settled.
@@ -114,8 +167,8 @@ static struct
 	char		owner[RL_OWNER_LEN + 1];
 } rl_in_flight;
 
-static int64
-wall_clock_us(void)
+int64_t
+rl_proto_wall_clock_us(void)
 {
 	struct timeval tv;
 
@@ -129,8 +182,8 @@ wall_clock_us(void)
  * process), so that redlock_holder() on any server can say who holds a
  * resource without any write beyond the lock itself.
  */
-static void
-new_owner(char *owner)
+void
+rl_proto_new_owner(char *owner)
 {
 	uint8		bytes[RL_OWNER_RANDOM_LEN / 2];
 
@@ -151,6 +204,13 @@ rl_lock_key(char *buf, const char *resource)
 	return snprintf(buf, RL_KEY_MAX + 1, "%slock:%s", rl_key_prefix, resource);
 }
 
+/* ... and of the offer of a waiter on another server (RELEASE_SCRIPT) */
+int
+rl_offer_key(char *buf, const char *resource)
+{
+	return snprintf(buf, RL_KEY_MAX + 1, "%swait:%s", rl_key_prefix, resource);
+}
+
 /*
  * The fencing counter of a resource: one of a fixed set of counters per
  * node, chosen by a stable hash of the name (FNV-1a, the same on every
@@ -158,8 +218,8 @@ rl_lock_key(char *buf, const char *resource)
  * unrelated resources seldom race on one.  Tokens are monotonic per
  * resource; storage stays fixed however many resources are ever locked.
  */
-static int
-counter_key(char *buf, const char *resource)
+int
+rl_counter_key(char *buf, const char *resource)
 {
 	uint32		hash = 2166136261u;
 
@@ -202,8 +262,8 @@ rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
  * (the lock and the resource's fencing counter, which goes in ckey) and
  * the first argument, a lock value.
  */
-static void
-lock_call(const char **argv, size_t *argvlen, const char *script,
+void
+rl_proto_lock_call(const char **argv, size_t *argvlen, const char *script,
 		  size_t scriptlen, const char *key, int keylen, const char *resource,
 		  char *ckey, const char *owner)
 {
@@ -211,7 +271,7 @@ lock_call(const char **argv, size_t *argvlen, const char *script,
 	argv[3] = key;
 	argvlen[3] = keylen;
 	argv[4] = ckey;
-	argvlen[4] = counter_key(ckey, resource);
+	argvlen[4] = rl_counter_key(ckey, resource);
 	argv[5] = owner;
 	argvlen[5] = strlen(owner);
 }
@@ -239,8 +299,8 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 				 bool nothrow, int64_t deadline_us, const bool *skip,
 				 RlRequest *req)
 {
-	const char *argv[3 + 2 * RL_RELEASE_CHUNK];
-	size_t		argvlen[3 + 2 * RL_RELEASE_CHUNK];
+	const char *argv[4 + 2 * RL_RELEASE_CHUNK];
+	size_t		argvlen[4 + 2 * RL_RELEASE_CHUNK];
 	char		numkeys[16];
 
 	Assert(nitems > 0 && nitems <= RL_RELEASE_CHUNK);
@@ -253,8 +313,10 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 		argv[3 + nitems + i] = items[i].owner;
 		argvlen[3 + nitems + i] = strlen(items[i].owner);
 	}
+	argv[3 + 2 * nitems] = rl_key_prefix;
+	argvlen[3 + 2 * nitems] = strlen(rl_key_prefix);
 
-	rl_proto_request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 3 + 2 * nitems,
+	rl_proto_request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 4 + 2 * nitems,
 						  argv, argvlen);
 	req->nothrow = nothrow;
 	req->must_deliver = true;
@@ -292,32 +354,43 @@ rl_proto_release_one(const char *key, int keylen, const char *owner,
  * the previous holder announced nothing): then someone may wait for it.
  */
 static void
-withdraw_attempt(const char *key, int keylen, const char *owner,
-				 const bool *skip, bool announce)
+withdraw_attempt(const char *resource, const char *key, int keylen,
+				 const char *owner, const bool *skip, bool announce)
 {
-	const char *argv[5];
-	size_t		argvlen[5];
+	const char *argv[6];
+	size_t		argvlen[6];
+	char		okey[RL_KEY_MAX + 1];
 	RlRequest	req;
 
-	if (announce)
-		rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT,
-							 sizeof(RELEASE_SCRIPT) - 1, "1");
-	else
-		rl_proto_eval_header(argv, argvlen, WITHDRAW_SCRIPT,
-							 sizeof(WITHDRAW_SCRIPT) - 1, "1");
 	argv[3] = key;
 	argvlen[3] = keylen;
-	argv[4] = owner;
-	argvlen[4] = strlen(owner);
-	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 5, argv, argvlen);
+	if (announce)
+	{
+		rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT,
+							 sizeof(RELEASE_SCRIPT) - 1, "1");
+		argv[4] = owner;
+		argvlen[4] = strlen(owner);
+		argv[5] = rl_key_prefix;
+		argvlen[5] = strlen(rl_key_prefix);
+	}
+	else
+	{
+		rl_proto_eval_header(argv, argvlen, WITHDRAW_SCRIPT,
+							 sizeof(WITHDRAW_SCRIPT) - 1, "2");
+		argv[4] = okey;
+		argvlen[4] = rl_offer_key(okey, resource);
+		argv[5] = owner;
+		argvlen[5] = strlen(owner);
+	}
+	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 6, argv, argvlen);
 	req.must_deliver = true;
 	memcpy(req.skip, skip, sizeof(req.skip));
 	rl_nodes_send(&req);
 }
 
 /* From here on an error must not leave the lease of owner behind. */
-static void
-set_in_flight(const char *key, int keylen, const char *owner)
+void
+rl_proto_set_in_flight(const char *key, int keylen, const char *owner)
 {
 	memcpy(rl_in_flight.key, key, keylen + 1);
 	rl_in_flight.keylen = keylen;
@@ -330,12 +403,13 @@ set_in_flight(const char *key, int keylen, const char *owner)
  * handoff (rl_in_flight holds its owner): choose the token, write it back
  * where our proposal was not above a granting node's counter, and check
  * the validity left.  On failure everything the attempt may have set is
- * released.
+ * released.  On success, the nodes that refused may still keep the
+ * waiter's offer (offer, or NULL): it is withdrawn there.
  */
-static RlAttempt
-settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
-			   int64 proposal, int64_t start_us, bool handed, RlGrant *grant,
-			   RlRequest *req)
+RlAttempt
+rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
+				int64 proposal, int64_t start_us, bool handed,
+				const RlOffer *offer, RlGrant *grant, RlRequest *req)
 {
 	int64_t		counters[RL_MAX_NODES];
 	int			ncounters = 0;
@@ -374,7 +448,7 @@ settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 					 errmsg("fencing counter on the Redis nodes is exhausted")));
 
 		/* write the token back where we hold the lock */
-		lock_call(argv, argvlen, WRITEBACK_SCRIPT, sizeof(WRITEBACK_SCRIPT) - 1,
+		rl_proto_lock_call(argv, argvlen, WRITEBACK_SCRIPT, sizeof(WRITEBACK_SCRIPT) - 1,
 				  key, keylen, resource, ckey, grant->owner);
 		argv[6] = token_buf;
 		argvlen[6] = rl_format_counter(token, token_buf);
@@ -397,6 +471,16 @@ settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 		goto failed;
 	}
 
+	if (offer != NULL && offer->on_nodes && req->tally.no > 0)
+	{
+		bool		not_refused[RL_MAX_NODES];
+
+		for (int i = 0; i < RL_MAX_NODES; i++)
+			not_refused[i] = i >= req->nnodes ||
+				req->results[i].vote != RL_VOTE_NO;
+		withdraw_attempt(resource, key, keylen, offer->owner, not_refused,
+						 false);
+	}
 	grant->token = token;
 	grant->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
 		rl_drift_us(ttl_ms, rl_drift_factor);
@@ -406,7 +490,7 @@ settle_attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 	return RL_ATTEMPT_GRANTED;
 
 failed:
-	withdraw_attempt(key, keylen, grant->owner, unset, announce);
+	withdraw_attempt(resource, key, keylen, grant->owner, unset, announce);
 	rl_in_flight.active = false;
 	return result;
 }
@@ -414,125 +498,70 @@ failed:
 /*
  * One Redlock attempt on key.  On success fills grant.  On failure
  * everything this attempt may have set is released, and req_out describes
- * what each node said.
+ * what each node said.  offer: NULL, or the standing offer of a lock call
+ * that waits (with a fresh value: rl_handoff_new_offer), which is left
+ * where the lock is held (ACQUIRE_WAITING_SCRIPT); a holder on another
+ * server then hands the lock over in its release.
  */
 RlAttempt
 rl_proto_acquire(const char *resource, const char *key, int keylen,
-				 int ttl_ms, RlGrant *grant, RlRequest *req_out)
+				 int ttl_ms, RlOffer *offer, RlGrant *grant,
+				 RlRequest *req_out)
 {
-	const char *argv[8];
-	size_t		argvlen[8];
+	const char *argv[12];
+	size_t		argvlen[12];
 	char		ckey[RL_KEY_MAX + 1];
+	char		okey[RL_KEY_MAX + 1];
 	char		ttl_buf[16];
 	char		proposal_buf[24];
+	char		px_buf[16];
 	int64		proposal;
 	int64_t		start_us;
+	int			argc = 8;
 
-	new_owner(grant->owner);
-	proposal = rl_propose_token(wall_clock_us(), rl_last_token);
+	rl_proto_new_owner(grant->owner);
+	proposal = rl_propose_token(rl_proto_wall_clock_us(), rl_last_token);
 
-	lock_call(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1,
-			  key, keylen, resource, ckey, grant->owner);
+	rl_proto_lock_call(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1,
+					   key, keylen, resource, ckey, grant->owner);
 	argv[6] = ttl_buf;
 	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
 	argv[7] = proposal_buf;
 	argvlen[7] = rl_format_counter(proposal, proposal_buf);
-	rl_proto_request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 8, argv, argvlen);
+	if (offer != NULL)
+	{
+		/* KEYS: lock, counter, offer; ARGV: ours, TTL, proposal, offer */
+		argv[1] = ACQUIRE_WAITING_SCRIPT;
+		argvlen[1] = sizeof(ACQUIRE_WAITING_SCRIPT) - 1;
+		argv[2] = "3";
+		argvlen[2] = 1;
+		memmove(&argv[6], &argv[5], 3 * sizeof(argv[0]));
+		memmove(&argvlen[6], &argvlen[5], 3 * sizeof(argvlen[0]));
+		argv[5] = okey;
+		argvlen[5] = rl_offer_key(okey, resource);
+		offer->proposal = proposal;
+		argv[9] = offer->owner;
+		argvlen[9] = strlen(offer->owner);
+		argv[10] = offer->prev;
+		argvlen[10] = strlen(offer->prev);
+		argv[11] = px_buf;
+		argvlen[11] = snprintf(px_buf, sizeof(px_buf), "%d", offer->px_ms);
+		argc = 12;
+	}
+	rl_proto_request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, argc,
+						  argv, argvlen);
 
-	set_in_flight(key, keylen, grant->owner);
+	rl_proto_set_in_flight(key, keylen, grant->owner);
 	start_us = rl_now_us();
+	if (offer != NULL)
+		offer->since_us = start_us;
 	rl_stats_count(RL_STAT_ATTEMPTS);
 	rl_nodes_run(req_out);
 	req_out->argv = NULL;
 	req_out->argvlen = NULL;
-	return settle_attempt(resource, key, keylen, ttl_ms, proposal, start_us,
-						  false, grant, req_out);
-}
 
-/* A new lock value for a waiter's standing offer of a handoff. */
-void
-rl_proto_new_owner(char *owner)
-{
-	new_owner(owner);
-}
-
-/*
- * A holder's release that hands the lock to the next waiter: one round of
- * HANDOFF_SCRIPT, whose outcome goes to the waiter in *out.  Not
- * must-deliver (a replay could grant a waiter that moved on); the caller
- * re-sends a plain release to the nodes that did not answer.
- */
-void
-rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
-				 const char *waiter_owner, int waiter_ttl_ms, bool nothrow,
-				 int64_t deadline_us, RlHandoff *out, RlRequest *req)
-{
-	const char *argv[9];
-	size_t		argvlen[9];
-	char		ckey[RL_KEY_MAX + 1];
-	char		ttl_buf[16];
-	char		proposal_buf[24];
-
-	out->proposal = rl_propose_token(wall_clock_us(), rl_last_token);
-	lock_call(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1,
-			  ours->key, ours->keylen, resource, ckey, ours->owner);
-	argv[6] = waiter_owner;
-	argvlen[6] = strlen(waiter_owner);
-	argv[7] = ttl_buf;
-	argvlen[7] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", waiter_ttl_ms);
-	argv[8] = proposal_buf;
-	argvlen[8] = rl_format_counter(out->proposal, proposal_buf);
-	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 9, argv, argvlen);
-	req->nothrow = nothrow;
-	req->deadline_us = deadline_us;
-
-	out->start_us = rl_now_us();
-	rl_nodes_run(req);
-	req->argv = NULL;
-	req->argvlen = NULL;
-	out->nnodes = req->nnodes;
-	out->not_asked = 0;
-	for (int i = 0; i < req->nnodes; i++)
-	{
-		out->votes[i] = req->results[i].vote;
-		out->counters[i] = req->results[i].counter;
-		if (req->results[i].in_backoff)
-			out->not_asked |= (uint32) 1 << i;
-	}
-}
-
-/*
- * The waiter's side of a handoff: settle the attempt a releasing holder
- * made for us with owner (see rl_proto_handoff) as if it were our own.
- */
-RlAttempt
-rl_proto_take_handoff(const char *resource, const char *key, int keylen,
-					  int ttl_ms, const char *owner, const RlHandoff *ho,
-					  RlGrant *grant, RlRequest *req)
-{
-	memset(req, 0, sizeof(*req));
-	req->reply_kind = RL_REPLY_COUNTER;
-	req->nnodes = ho->nnodes;
-	for (int i = 0; i < ho->nnodes; i++)
-	{
-		RlVote		v = ho->votes[i];
-
-		req->results[i].vote = v;
-		req->results[i].counter = ho->counters[i];
-		req->results[i].in_backoff = (ho->not_asked & ((uint32) 1 << i)) != 0;
-		snprintf(req->results[i].detail, sizeof(req->results[i].detail), "%s",
-				 v == RL_VOTE_YES ? "granted (handed over at release)" :
-				 v == RL_VOTE_NO ? "held by another owner" : "no answer to the releasing holder");
-	}
-	req->tally = rl_tally(ho->votes, ho->nnodes);
-	req->decision = rl_decide(ho->nnodes, req->tally);
-	if (req->decision == RL_UNDECIDED)
-		req->decision = RL_UNAVAILABLE;
-
-	memcpy(grant->owner, owner, RL_OWNER_LEN + 1);
-	set_in_flight(key, keylen, owner);
-	return settle_attempt(resource, key, keylen, ttl_ms, ho->proposal,
-						  ho->start_us, true, grant, req);
+	return rl_proto_settle(resource, key, keylen, ttl_ms, proposal, start_us,
+						   false, offer, grant, req_out);
 }
 
 /* Abort path: release what an interrupted attempt may have set. */

@@ -40,6 +40,22 @@ typedef struct RlReleaseItem
 } RlReleaseItem;
 
 /*
+ * A lock call's standing offer to be handed the lock when it is released:
+ * the value a releasing holder sets for it.  Its attempts leave it on the
+ * nodes that refused them, for holders on other servers; asleep, it also
+ * leaves it in the lock table, for holders of this server (handoff.c).
+ */
+typedef struct RlOffer
+{
+	char		owner[RL_OWNER_LEN + 1];	/* its lock value, or "" */
+	char		prev[RL_OWNER_LEN + 1];	/* the one before, or "" */
+	int64		proposal;		/* the token proposed for it */
+	int64_t		since_us;		/* when the attempt that left it began */
+	bool		on_nodes;		/* an attempt may have left it on a node */
+	int			px_ms;			/* how long it stays on a node */
+} RlOffer;
+
+/*
  * A release that handed the lock to a waiter: the round's outcome, which
  * the waiter settles as if the attempt were its own.
  */
@@ -63,9 +79,10 @@ typedef struct RlExtendItem
 } RlExtendItem;
 
 extern int	rl_lock_key(char *buf, const char *resource);
+extern int	rl_offer_key(char *buf, const char *resource);
 extern RlAttempt rl_proto_acquire(const char *resource, const char *key,
-								  int keylen, int ttl_ms, RlGrant *grant,
-								  RlRequest *req_out);
+								  int keylen, int ttl_ms, RlOffer *offer,
+								  RlGrant *grant, RlRequest *req_out);
 extern void rl_proto_abandon_in_flight(void);
 extern void rl_proto_release_one(const char *key, int keylen,
 								 const char *owner, bool nothrow);
@@ -76,7 +93,7 @@ extern void rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 							 RlHandoff *out, RlRequest *req);
 extern RlAttempt rl_proto_take_handoff(const char *resource, const char *key,
 									   int keylen, int ttl_ms,
-									   const char *owner, const RlHandoff *ho,
+									   const RlOffer *offer, const RlHandoff *ho,
 									   RlGrant *grant, RlRequest *req);
 extern RlDecision rl_proto_extend(const char *key, int keylen,
 								  const char *owner, int ttl_ms,

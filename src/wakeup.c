@@ -33,6 +33,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+#include "handoff.h"
 #include "lifecycle.h"
 #include "lock_table.h"
 #include "nodes.h"
@@ -112,8 +113,38 @@ forget_all(HTAB *notes)
 		hash_search(notes, n->key, HASH_REMOVE, NULL);
 }
 
+/*
+ * A message on a lock key's channel: empty for a release that left the lock
+ * free, "value counter elapsed" for one that handed it to the waiter whose
+ * offer was on the node (protocol.c).  The lock is not free then: only the
+ * waiter named hears of it (handoff_remote.c).
+ */
 static void
-on_push(int node, RlPushKind kind, const char *channel, size_t len)
+on_message(int node, const char *key, const char *payload, size_t len)
+{
+	char		text[RL_OWNER_LEN + 64];
+	char		owner[RL_OWNER_LEN + 1];
+	long long	counter;
+	long long	elapsed_us;
+
+	if (len == 0)
+	{
+		note_node(rl_heard, node, key);
+		rl_handoff_remote_heard(node, key, NULL, 0, 0);
+		return;
+	}
+	StaticAssertStmt(RL_OWNER_LEN == 80, "the sscanf() width below");
+	if (len >= sizeof(text))
+		return;
+	memcpy(text, payload, len);
+	text[len] = '\0';
+	if (sscanf(text, "%80s %lld %lld", owner, &counter, &elapsed_us) == 3)
+		rl_handoff_remote_heard(node, key, owner, counter, elapsed_us);
+}
+
+static void
+on_push(int node, RlPushKind kind, const char *channel, size_t len,
+		const char *payload, size_t payloadlen)
 {
 	char		key[RL_KEY_MAX + 1];
 
@@ -122,7 +153,7 @@ on_push(int node, RlPushKind kind, const char *channel, size_t len)
 	memcpy(key, channel, len);
 	key[len] = '\0';
 	if (kind == RL_PUSH_MESSAGE)
-		note_node(rl_heard, node, key);
+		on_message(node, key, payload, payloadlen);
 	else if (hash_search(rl_fresh, key, HASH_FIND, NULL) != NULL)
 		note_node(rl_fresh, node, key);
 }
@@ -267,6 +298,8 @@ redlock_wakeup_main(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 		rl_worker_reload_config();
 
+		rl_handoff_remote_nodes(rl_worker_nodes_configured() ?
+								rl_nodes_fingerprint() : 0);
 		if (rl_worker_nodes_configured())
 		{
 			int			nwanted;
@@ -329,6 +362,7 @@ redlock_wakeup_main(Datum main_arg)
 		 */
 		wait_ms = notes_due(rl_heard, rl_node_timeout_ms, true);
 		wait_ms = Min(wait_ms, notes_due(rl_fresh, RL_WAKEUP_FRESH_MS, false));
+		wait_ms = Min(wait_ms, rl_handoff_remote_due());
 		rl_nodes_wait_pushes(wait_ms);
 	}
 }

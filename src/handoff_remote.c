@@ -1,0 +1,168 @@
+/*-------------------------------------------------------------------------
+ *
+ * handoff_remote.c
+ *	  The wake-up worker's part in a handoff by a holder on another server:
+ *	  gathering the nodes' word on it for the waiter.
+ *
+ * A release on another server that finds our waiter's offer on a node
+ * takes the lock there for the waiter and publishes "value counter
+ * elapsed" (protocol.c, RELEASE_SCRIPT); one that finds no offer, or
+ * another waiter's, publishes that instead.  The worker, subscribed to the
+ * key, passes each message here.  The first one naming the value of an
+ * offer asleep in the lock table starts collecting: a node that handed the
+ * lock to it votes yes, with its fencing counter; one that left the lock
+ * free or handed it to someone else votes no.  At a majority either way,
+ * when every node spoke, or node_timeout after the first message, the
+ * outcome goes to the waiter (done, its latch set), which settles it as
+ * its own attempt (protocol_handoff.c).
+ *
+ * The lease's validity counts from when the waiter's attempt left the
+ * offer, plus the time the node says passed before it took the lock (by
+ * the node's clock, less the drift allowance): never later than the lock
+ * was set on the node.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "guc.h"
+#include "handoff.h"
+#include "lock_table_internal.h"
+
+#define RL_WAKE_MAX 64			/* waiters woken by one look */
+
+static bool rl_collecting = false;	/* a collection may be under way */
+
+/* The wake-up worker listens to these nodes (0: none). */
+void
+rl_handoff_remote_nodes(uint64_t nodes)
+{
+	static uint64_t told = 0;
+
+	if (rl_table == NULL || nodes == told)
+		return;
+	told = nodes;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	rl_table->wakeup_nodes = nodes;
+	LWLockRelease(rl_table->lock);
+}
+
+/* Lock held.  The outcome goes to the waiter, whose procno is returned. */
+static int
+done(RlSlot *s)
+{
+	RlHandoff  *ho = &s->handoff_result;
+
+	for (int i = 0; i < ho->nnodes; i++)
+		if (ho->votes[i] == RL_VOTE_PENDING)
+			ho->votes[i] = RL_VOTE_FAILED;
+	if (ho->start_us == INT64_MAX)
+		ho->start_us = s->remote_since_us;
+	s->handoff = RL_HANDOFF_DONE;
+	return s->procno;
+}
+
+/*
+ * Node node says that key was released and handed to owner (with counter
+ * and elapsed_us), or left free (owner NULL).
+ */
+void
+rl_handoff_remote_heard(int node, const char *key, const char *owner,
+						int64 counter, int64 elapsed_us)
+{
+	int			wake[RL_WAKE_MAX];
+	int			nwake = 0;
+	int			nnodes = rl_nodes_count();
+	int			majority = rl_majority(nnodes);
+	int64_t		now = rl_now_us();
+
+	if (rl_table == NULL || node < 0 || node >= nnodes)
+		return;
+	elapsed_us = Max(elapsed_us, 0);
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < rl_table->nslots && nwake < RL_WAKE_MAX; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+		RlHandoff  *ho = &s->handoff_result;
+		bool		ours;
+		RlTally		t;
+
+		if (!s->in_use || s->granted || strcmp(s->key, key) != 0 ||
+			s->handoff_nodes != rl_table->wakeup_nodes)
+			continue;
+		ours = owner != NULL && strcmp(s->owner, owner) == 0;
+		if (s->handoff == RL_HANDOFF_OFFERED && ours)
+		{
+			/* the first word of a handoff to this offer */
+			memset(ho, 0, sizeof(*ho));
+			ho->proposal = s->remote_proposal;
+			ho->start_us = INT64_MAX;
+			ho->nnodes = nnodes;
+			for (int n = 0; n < nnodes; n++)
+				ho->votes[n] = RL_VOTE_PENDING;
+			s->collect_since_us = now;
+			s->handoff = RL_HANDOFF_COLLECTING;
+			rl_collecting = true;
+		}
+		if (s->handoff != RL_HANDOFF_COLLECTING ||
+			ho->votes[node] != RL_VOTE_PENDING)
+			continue;
+		if (ours)
+		{
+			int64_t		set_after = s->remote_since_us + elapsed_us -
+				(int64_t) (elapsed_us * rl_drift_factor);
+
+			ho->votes[node] = RL_VOTE_YES;
+			ho->counters[node] = counter;
+			ho->start_us = Min(ho->start_us, set_after);
+		}
+		else
+			ho->votes[node] = RL_VOTE_NO;
+		t = rl_tally(ho->votes, nnodes);
+		if (t.yes >= majority || t.no > nnodes - majority || t.pending == 0)
+			wake[nwake++] = done(s);
+	}
+	LWLockRelease(rl_table->lock);
+	for (int i = 0; i < nwake; i++)
+		SetLatch(rl_latch_of(wake[i]));
+}
+
+/*
+ * Collections whose nodes have not all spoken node_timeout after the first
+ * one did: done with what they have.  Returns the milliseconds until the
+ * next is due (at most a second).
+ */
+long
+rl_handoff_remote_due(void)
+{
+	int			wake[RL_WAKE_MAX];
+	int			nwake = 0;
+	int64_t		now = rl_now_us();
+	int64_t		after = (int64_t) rl_node_timeout_ms * 1000;
+	long		next_ms = 1000;
+	bool		any = false;
+
+	if (rl_table == NULL || !rl_collecting)
+		return next_ms;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < rl_table->nslots && nwake < RL_WAKE_MAX; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (!s->in_use || s->handoff != RL_HANDOFF_COLLECTING)
+			continue;
+		if (s->collect_since_us + after <= now)
+			wake[nwake++] = done(s);
+		else
+		{
+			any = true;
+			next_ms = Min(next_ms,
+						  (long) ((s->collect_since_us + after - now + 999) / 1000));
+		}
+	}
+	LWLockRelease(rl_table->lock);
+	rl_collecting = any || nwake == RL_WAKE_MAX;
+	for (int i = 0; i < nwake; i++)
+		SetLatch(rl_latch_of(wake[i]));
+	return nwake == RL_WAKE_MAX ? 0 : next_ms;
+}

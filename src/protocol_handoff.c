@@ -1,0 +1,126 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol_handoff.c
+ *	  The Redlock protocol for a release that hands the lock to a waiter:
+ *	  the holder's round, and the waiter's settling of it as its own.
+ *
+ * A holder of this server hands the lock to the first local waiter in the
+ * script that deletes its value (HANDOFF_SCRIPT), and the waiter finds the
+ * round's outcome in the lock table (handoff.c).  A holder on another
+ * server hands it over in its plain release, to the offer the waiter left
+ * on the nodes (RELEASE_SCRIPT in protocol.c), and the waiter's wake-up
+ * worker gathers the outcome from the nodes' messages (handoff_remote.c).
+ * Either way the waiter settles it with rl_proto_settle(), like an
+ * attempt of its own.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "protocol_internal.h"
+
+/*
+ * A release that hands the lock to the next waiter of this server: delete
+ * our value (KEYS[1] = ARGV[1]), then take the lock for the waiter exactly
+ * as ACQUIRE_SCRIPT does (value ARGV[2], TTL ARGV[3], proposal ARGV[4]); a
+ * lock the waiter's offer on the nodes (KEYS[3]) was handed already by a
+ * holder on another server counts as taken.  That offer is used up.
+ * Nothing is published: the lock is not free.
+ */
+static const char HANDOFF_SCRIPT[] =
+"if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
+"local c = redis.call('GET', KEYS[2]) or '0'\n"
+"local cur = redis.call('GET', KEYS[1])\n"
+"if cur and cur ~= ARGV[2] then return false end\n"
+"redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+"if redis.call('HGET', KEYS[3], 'v') == ARGV[2] then redis.call('DEL', KEYS[3]) end\n"
+"local p = ARGV[4]\n"
+"if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
+"return c\n";
+
+/*
+ * A holder's release that hands the lock to the next waiter: one round of
+ * HANDOFF_SCRIPT, whose outcome goes to the waiter in *out.  Not
+ * must-deliver (a replay could grant a waiter that moved on); the caller
+ * re-sends a plain release to the nodes that did not answer.
+ */
+void
+rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
+				 const char *waiter_owner, int waiter_ttl_ms, bool nothrow,
+				 int64_t deadline_us, RlHandoff *out, RlRequest *req)
+{
+	const char *argv[10];
+	size_t		argvlen[10];
+	char		ckey[RL_KEY_MAX + 1];
+	char		okey[RL_KEY_MAX + 1];
+	char		ttl_buf[16];
+	char		proposal_buf[24];
+
+	out->proposal = rl_propose_token(rl_proto_wall_clock_us(), rl_last_token);
+	rl_proto_lock_call(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1,
+					   ours->key, ours->keylen, resource, ckey, ours->owner);
+	/* KEYS: lock, counter, offer; ARGV: ours, the waiter's, TTL, proposal */
+	argv[2] = "3";
+	argv[6] = argv[5];
+	argvlen[6] = argvlen[5];
+	argv[5] = okey;
+	argvlen[5] = rl_offer_key(okey, resource);
+	argv[7] = waiter_owner;
+	argvlen[7] = strlen(waiter_owner);
+	argv[8] = ttl_buf;
+	argvlen[8] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", waiter_ttl_ms);
+	argv[9] = proposal_buf;
+	argvlen[9] = rl_format_counter(out->proposal, proposal_buf);
+	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 10, argv, argvlen);
+	req->nothrow = nothrow;
+	req->deadline_us = deadline_us;
+
+	out->start_us = rl_now_us();
+	rl_nodes_run(req);
+	req->argv = NULL;
+	req->argvlen = NULL;
+	out->nnodes = req->nnodes;
+	out->not_asked = 0;
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		out->votes[i] = req->results[i].vote;
+		out->counters[i] = req->results[i].counter;
+		if (req->results[i].in_backoff)
+			out->not_asked |= (uint32) 1 << i;
+	}
+}
+
+/*
+ * The waiter's side of a handoff: settle the attempt a releasing holder
+ * made for us with the value of offer (see rl_proto_handoff, or a release
+ * on another server) as if it were our own.
+ */
+RlAttempt
+rl_proto_take_handoff(const char *resource, const char *key, int keylen,
+					  int ttl_ms, const RlOffer *offer, const RlHandoff *ho,
+					  RlGrant *grant, RlRequest *req)
+{
+	memset(req, 0, sizeof(*req));
+	req->reply_kind = RL_REPLY_COUNTER;
+	req->nnodes = ho->nnodes;
+	for (int i = 0; i < ho->nnodes; i++)
+	{
+		RlVote		v = ho->votes[i];
+
+		req->results[i].vote = v;
+		req->results[i].counter = ho->counters[i];
+		req->results[i].in_backoff = (ho->not_asked & ((uint32) 1 << i)) != 0;
+		snprintf(req->results[i].detail, sizeof(req->results[i].detail), "%s",
+				 v == RL_VOTE_YES ? "granted (handed over at release)" :
+				 v == RL_VOTE_NO ? "held by another owner" : "no answer to the releasing holder");
+	}
+	req->tally = rl_tally(ho->votes, ho->nnodes);
+	req->decision = rl_decide(ho->nnodes, req->tally);
+	if (req->decision == RL_UNDECIDED)
+		req->decision = RL_UNAVAILABLE;
+
+	memcpy(grant->owner, offer->owner, RL_OWNER_LEN + 1);
+	rl_proto_set_in_flight(key, keylen, offer->owner);
+	return rl_proto_settle(resource, key, keylen, ttl_ms, ho->proposal,
+						   ho->start_us, true, offer, grant, req);
+}
