@@ -64,7 +64,9 @@ static const char ACQUIRE_SCRIPT[] =
  * proposal, the counter's name and the node's time) unless another
  * waiter's is there; ARGV[6] is its lifetime.  ARGV[5] is the value of our
  * previous offer, or '': it is replaced, and a lock a release handed to it
- * after we stopped listening is taken back for this attempt.
+ * after we stopped listening is taken back for this attempt.  The offer's
+ * commands are pcall'd: a Redis user whose ACL lacks them still locks
+ * (and its waiters are woken as before).
  */
 static const char ACQUIRE_WAITING_SCRIPT[] =
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
@@ -73,16 +75,16 @@ static const char ACQUIRE_WAITING_SCRIPT[] =
 "  redis.call('DEL', KEYS[1])\n"
 "end\n"
 "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-"  local w = redis.call('HGET', KEYS[3], 'v')\n"
-"  if not w or w == prev then\n"
-"    local t = redis.call('TIME')\n"
-"    redis.call('HSET', KEYS[3], 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
-"               'c', KEYS[2], 's', t[1], 'u', t[2])\n"
-"    redis.call('PEXPIRE', KEYS[3], ARGV[6])\n"
+"  local w = redis.pcall('HGET', KEYS[3], 'v')\n"
+"  local t = redis.pcall('TIME')\n"
+"  if (not w or w == prev) and t[2] then\n"
+"    redis.pcall('HSET', KEYS[3], 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
+"                'c', KEYS[2], 's', t[1], 'u', t[2])\n"
+"    redis.pcall('PEXPIRE', KEYS[3], ARGV[6])\n"
 "  end\n"
 "  return false\n"
 "end\n"
-"if prev ~= '' and redis.call('HGET', KEYS[3], 'v') == prev then\n"
+"if prev ~= '' and redis.pcall('HGET', KEYS[3], 'v') == prev then\n"
 "  redis.call('DEL', KEYS[3])\n"
 "end\n"
 "local p = ARGV[3]\n"
@@ -104,8 +106,11 @@ static const char WRITEBACK_SCRIPT[] =
  * published (elapsed: microseconds since the offer was left, by the node's
  * clock); a lock left free is announced with an empty message.  Either
  * way on the key's channel, which the wake-up workers of other servers
- * subscribe to; pcall, so a Redis user without PUBLISH still releases (its
- * waiters then poll).  An offer of the value released is removed.
+ * subscribe to.  An offer of the value released is removed.  The offer's
+ * and PUBLISH are pcall'd, so a Redis user whose ACL lacks them still
+ * releases (its waiters then poll).  A release that cannot read the
+ * node's TIME counts as having taken the lock at once for the waiter
+ * (elapsed 0: the earliest it can have been set).
  */
 static const char RELEASE_SCRIPT[] =
 "local pre = ARGV[#KEYS + 1]\n"
@@ -118,21 +123,22 @@ static const char RELEASE_SCRIPT[] =
 "  end\n"
 "  if redis.call('GET', k) == ARGV[i] then\n"
 "    n = n + redis.call('DEL', k)\n"
-"    local f = o and redis.call('HMGET', o, 'v', 'x', 'p', 'c', 's', 'u')\n"
+"    local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c', 's', 'u')\n"
 "    if f and f[1] and f[1] ~= ARGV[i] then\n"
 "      redis.call('DEL', o)\n"
 "      redis.call('SET', k, f[1], 'PX', f[2])\n"
 "      local c = redis.call('GET', f[4]) or '0'\n"
 "      local p = f[3]\n"
 "      if #p > #c or (#p == #c and p > c) then redis.call('SET', f[4], p) end\n"
-"      local t = redis.call('TIME')\n"
-"      local us = (t[1] - f[5]) * 1000000 + (t[2] - f[6])\n"
+"      local t = redis.pcall('TIME')\n"
+"      local us = 0\n"
+"      if t[2] then us = (t[1] - f[5]) * 1000000 + (t[2] - f[6]) end\n"
 "      redis.pcall('PUBLISH', k, f[1] .. ' ' .. c .. ' ' .. string.format('%d', us))\n"
 "    else\n"
 "      redis.pcall('PUBLISH', k, '')\n"
 "    end\n"
 "  end\n"
-"  if o and redis.call('HGET', o, 'v') == ARGV[i] then redis.call('DEL', o) end\n"
+"  if o and redis.pcall('HGET', o, 'v') == ARGV[i] then redis.call('DEL', o) end\n"
 "end\n"
 "return n\n";
 
@@ -148,7 +154,7 @@ static const char WITHDRAW_SCRIPT[] =
 "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 "  n = redis.call('DEL', KEYS[1])\n"
 "end\n"
-"if KEYS[2] and redis.call('HGET', KEYS[2], 'v') == ARGV[1] then\n"
+"if KEYS[2] and redis.pcall('HGET', KEYS[2], 'v') == ARGV[1] then\n"
 "  redis.call('DEL', KEYS[2])\n"
 "end\n"
 "return n\n";

@@ -33,7 +33,7 @@ static const char HANDOFF_SCRIPT[] =
 "local cur = redis.call('GET', KEYS[1])\n"
 "if cur and cur ~= ARGV[2] then return false end\n"
 "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
-"if redis.call('HGET', KEYS[3], 'v') == ARGV[2] then redis.call('DEL', KEYS[3]) end\n"
+"if redis.pcall('HGET', KEYS[3], 'v') == ARGV[2] then redis.call('DEL', KEYS[3]) end\n"
 "local p = ARGV[4]\n"
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
 "return c\n";

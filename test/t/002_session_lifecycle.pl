@@ -119,6 +119,9 @@ $out = $pg->safe_psql('postgres',
 	"SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
 	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl')");
 is($out, 't|t', 'ACL user restricted to EVAL on redlock:* keys can lock and unlock');
+# the release script's offer and PUBLISH commands are pcall'd: it releases
+is(join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlock:lock:life:acl') } @secure),
+	join(',', map { '0' } @secure), 'and the release under that ACL removed the lock from every node');
 ($rc, $out, $err) = $pg->psql('postgres',
 	"SET redlock.nodes = '$secure_nodes'; SET redlock.key_prefix = 'other:'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
 	  . " SELECT redlock_try_lock('life:acl')");
