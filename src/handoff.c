@@ -29,8 +29,8 @@
  * (rl_handoff_new_offer), and asleep the waiter offers that value here, so
  * that whichever release comes first, local or remote, hands over the same
  * value.  The wake-up worker gathers the word of the nodes on a remote
- * handoff (handoff_remote.c); until it is done the offer is collecting,
- * and no holder here takes it up.  A waiter that gives up withdraws its
+ * handoff (handoff_remote.c); until it is done no holder here takes the
+ * offer up.  A waiter that gives up withdraws its
  * offer from the nodes too.
  *
  *-------------------------------------------------------------------------
@@ -75,9 +75,10 @@ rl_handoff_remote_possible(int slot)
 }
 
 /*
- * Before an attempt of a lock call that waits: a fresh value for its offer,
- * which the attempt leaves on the nodes that refuse it.  The slot keeps it,
- * so that the abort path can withdraw it from there.
+ * Before an attempt of a lock call that waits: its value and proposal, and
+ * the offer it leaves on the nodes that refuse it (rl_offer_value() of its
+ * value).  From here on the wake-up worker gathers what it hears of that
+ * offer (handoff_remote.c), and the abort path withdraws it.
  */
 void
 rl_handoff_new_offer(int slot, RlOffer *offer)
@@ -86,19 +87,26 @@ rl_handoff_new_offer(int slot, RlOffer *offer)
 
 	if (offer->owner[0] != '\0')
 		memcpy(offer->prev, offer->owner, RL_OWNER_LEN + 1);
-	rl_proto_new_owner(offer->owner);
-	offer->on_nodes = true;
+	rl_proto_new_owner(offer->value);
+	rl_offer_value(offer->owner, offer->value);
+	offer->proposal = rl_proto_new_proposal();
+	offer->since_us = rl_now_us();
 	offer->px_ms = rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->handoff == RL_HANDOFF_NONE);
 	strlcpy(s->remote_owner, offer->owner, sizeof(s->remote_owner));
+	s->remote_proposal = offer->proposal;
+	s->remote_since_us = offer->since_us;
+	s->remote_nodes = rl_nodes_fingerprint();
+	s->remote = RL_REMOTE_NONE;
 	LWLockRelease(rl_table->lock);
 }
 
 /*
- * The offer was handed over (settled, or failed and withdrawn): the next
- * offer needs a fresh value.  The next attempt still takes back a lock
- * handed to this one on a node it did not hear from (ACQUIRE_WAITING_SCRIPT).
+ * The offer was handed over (settled: granted, or failed and withdrawn):
+ * the next one needs a fresh value.  The next attempt still takes back a
+ * lock handed to this one on a node it did not hear from
+ * (ACQUIRE_WAITING_SCRIPT).
  */
 void
 rl_handoff_used(RlOffer *offer)
@@ -106,7 +114,6 @@ rl_handoff_used(RlOffer *offer)
 	if (offer->owner[0] != '\0')
 		memcpy(offer->prev, offer->owner, RL_OWNER_LEN + 1);
 	offer->owner[0] = '\0';
-	offer->on_nodes = false;
 }
 
 /*
@@ -126,8 +133,6 @@ rl_handoff_offer(int slot, int ttl_ms, RlOffer *offer)
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->handoff == RL_HANDOFF_NONE);
 	strlcpy(s->owner, offer->owner, sizeof(s->owner));
-	s->remote_proposal = offer->proposal;
-	s->remote_since_us = offer->since_us;
 	s->ttl_ms = ttl_ms;
 	s->handoff_nodes = rl_nodes_fingerprint();
 	s->handoff = RL_HANDOFF_OFFERED;
@@ -155,7 +160,6 @@ rl_handoff_withdraw(int slot, RlHandoff *ho)
 			s->handoff = RL_HANDOFF_NONE;
 			break;
 		case RL_HANDOFF_RUNNING:
-		case RL_HANDOFF_COLLECTING:
 			outcome = RL_HANDED_PENDING;
 			break;
 		case RL_HANDOFF_DONE:
@@ -164,6 +168,18 @@ rl_handoff_withdraw(int slot, RlHandoff *ho)
 			outcome = RL_HANDED_OVER;
 			break;
 	}
+
+	/* or a holder on another server handed over the offer on the nodes */
+	if (outcome == RL_HANDED_NOTHING && s->remote == RL_REMOTE_COLLECTING)
+		outcome = RL_HANDED_PENDING;
+	else if (outcome == RL_HANDED_NOTHING && s->remote == RL_REMOTE_DONE)
+	{
+		*ho = s->remote_result;
+		outcome = RL_HANDED_OVER;
+	}
+	/* the same value, handed over: what is heard of it later is stale */
+	if (outcome == RL_HANDED_OVER)
+		s->remote = RL_REMOTE_USED;
 	LWLockRelease(rl_table->lock);
 	return outcome;
 }
@@ -197,8 +213,7 @@ rl_handoff_abandon(int slot)
 	strlcpy(key, s->key, sizeof(key));
 	s->remote_owner[0] = '\0';
 	LWLockRelease(rl_table->lock);
-	if (state == RL_HANDOFF_RUNNING || state == RL_HANDOFF_COLLECTING ||
-		state == RL_HANDOFF_DONE)
+	if (state == RL_HANDOFF_RUNNING || state == RL_HANDOFF_DONE)
 		items[nitems++].owner = owner;
 	if (remote[0] != '\0' && (nitems == 0 || strcmp(remote, owner) != 0))
 		items[nitems++].owner = remote;
@@ -238,6 +253,7 @@ rl_handoff_claim(int holder_slot, const char *resource,
 	 * same nodes: the waiter settles the votes of ours as its own.
 	 */
 	if (s != NULL && s->handoff == RL_HANDOFF_OFFERED &&
+		(s->remote == RL_REMOTE_NONE || s->remote == RL_REMOTE_USED) &&
 		s->handoff_nodes == nodes && strcmp(s->resource, resource) == 0)
 	{
 		s->handoff = RL_HANDOFF_RUNNING;

@@ -8,13 +8,14 @@
  * takes the lock there for the waiter and publishes "value counter
  * elapsed" (protocol.c, RELEASE_SCRIPT); one that finds no offer, or
  * another waiter's, publishes that instead.  The worker, subscribed to the
- * key, passes each message here.  The first one naming the value of an
- * offer asleep in the lock table starts collecting: a node that handed the
- * lock to it votes yes, with its fencing counter; one that left the lock
- * free or handed it to someone else votes no.  At a majority either way,
- * when every node spoke, or node_timeout after the first message, the
- * outcome goes to the waiter (done, its latch set), which settles it as
- * its own attempt (protocol_handoff.c).
+ * key, passes each message here.  The first one naming the offer a waiting
+ * slot's last attempt left (asleep or not: the release may come while the
+ * waiter still asks) starts collecting: a node that handed the lock to it
+ * votes yes, with its fencing counter; one that left the lock free or
+ * handed it to someone else votes no.  At a majority either way, when
+ * every node spoke, or node_timeout after the first message, the outcome
+ * goes to the waiter (done, its latch set), which settles it as its own
+ * attempt (protocol_handoff.c).
  *
  * The lease's validity counts from when the waiter's attempt left the
  * offer, plus the time the node says passed before it took the lock (by
@@ -51,14 +52,14 @@ rl_handoff_remote_nodes(uint64_t nodes)
 static int
 done(RlSlot *s)
 {
-	RlHandoff  *ho = &s->handoff_result;
+	RlHandoff  *ho = &s->remote_result;
 
 	for (int i = 0; i < ho->nnodes; i++)
 		if (ho->votes[i] == RL_VOTE_PENDING)
 			ho->votes[i] = RL_VOTE_FAILED;
 	if (ho->start_us == INT64_MAX)
 		ho->start_us = s->remote_since_us;
-	s->handoff = RL_HANDOFF_DONE;
+	s->remote = RL_REMOTE_DONE;
 	return s->procno;
 }
 
@@ -83,15 +84,16 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 	for (int i = 0; i < rl_table->nslots && nwake < RL_WAKE_MAX; i++)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
-		RlHandoff  *ho = &s->handoff_result;
+		RlHandoff  *ho = &s->remote_result;
 		bool		ours;
 		RlTally		t;
 
-		if (!s->in_use || s->granted || strcmp(s->key, key) != 0 ||
-			s->handoff_nodes != rl_table->wakeup_nodes)
+		if (!s->in_use || s->granted || s->remote_owner[0] == '\0' ||
+			strcmp(s->key, key) != 0 ||
+			s->remote_nodes != rl_table->wakeup_nodes)
 			continue;
-		ours = owner != NULL && strcmp(s->owner, owner) == 0;
-		if (s->handoff == RL_HANDOFF_OFFERED && ours)
+		ours = owner != NULL && strcmp(s->remote_owner, owner) == 0;
+		if (s->remote == RL_REMOTE_NONE && ours)
 		{
 			/* the first word of a handoff to this offer */
 			memset(ho, 0, sizeof(*ho));
@@ -101,10 +103,10 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 			for (int n = 0; n < nnodes; n++)
 				ho->votes[n] = RL_VOTE_PENDING;
 			s->collect_since_us = now;
-			s->handoff = RL_HANDOFF_COLLECTING;
+			s->remote = RL_REMOTE_COLLECTING;
 			rl_collecting = true;
 		}
-		if (s->handoff != RL_HANDOFF_COLLECTING ||
+		if (s->remote != RL_REMOTE_COLLECTING ||
 			ho->votes[node] != RL_VOTE_PENDING)
 			continue;
 		if (ours)
@@ -149,7 +151,7 @@ rl_handoff_remote_due(void)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
-		if (!s->in_use || s->handoff != RL_HANDOFF_COLLECTING)
+		if (!s->in_use || s->granted || s->remote != RL_REMOTE_COLLECTING)
 			continue;
 		if (s->collect_since_us + after <= now)
 			wake[nwake++] = done(s);

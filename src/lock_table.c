@@ -281,6 +281,8 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 	s->keep_until_us = now + (int64_t) rl_keep_alive_limit_s * 1000000;
 	strlcpy(s->owner, g->owner, sizeof(s->owner));
 	strlcpy(s->key, g->key, sizeof(s->key));
+	s->remote = RL_REMOTE_NONE;
+	s->remote_owner[0] = '\0';
 	LWLockRelease(rl_table->lock);
 	if (g->keep_alive)
 		rl_lock_table_wake_worker(RL_WORKER_KEEPALIVE);

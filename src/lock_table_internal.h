@@ -22,11 +22,18 @@ typedef enum RlHandoffState
 	RL_HANDOFF_NONE,			/* no offer: the waiter is not asleep */
 	RL_HANDOFF_OFFERED,			/* asleep, its lock value in owner */
 	RL_HANDOFF_RUNNING,			/* a releasing holder runs the round */
-	RL_HANDOFF_COLLECTING,		/* the wake-up worker gathers the word of
-								 * the nodes where a holder on another
-								 * server handed it over, in handoff_result */
 	RL_HANDOFF_DONE				/* the round's outcome is in handoff_result */
 } RlHandoffState;
+
+/* What the wake-up worker heard of a waiting slot's offer on the nodes. */
+typedef enum RlRemoteState
+{
+	RL_REMOTE_NONE,				/* nothing yet */
+	RL_REMOTE_COLLECTING,		/* a holder on another server handed it
+								 * over: the nodes' word, in remote_result */
+	RL_REMOTE_DONE,				/* their outcome is in remote_result */
+	RL_REMOTE_USED				/* the waiter took an outcome: deaf to it */
+} RlRemoteState;
 
 typedef struct RlSlot
 {
@@ -54,12 +61,15 @@ typedef struct RlSlot
 	/* handoff: a waiter's standing offer, taken up by a releasing holder */
 	RlHandoffState handoff;
 	uint64_t	handoff_nodes;	/* the waiter's rl_nodes_fingerprint() */
-	RlHandoff	handoff_result; /* when RL_HANDOFF_COLLECTING or _DONE */
-	int64_t		collect_since_us;	/* when collecting began */
-	/* the offer its last attempt left on the nodes (protocol.c) */
+	RlHandoff	handoff_result; /* when RL_HANDOFF_DONE */
+	/* the offer its last attempt left on the nodes (handoff_remote.c) */
 	char		remote_owner[RL_OWNER_LEN + 1];	/* "" for none */
 	int64		remote_proposal;
-	int64_t		remote_since_us;	/* when that attempt began */
+	int64_t		remote_since_us;	/* before that attempt was sent */
+	uint64_t	remote_nodes;	/* its rl_nodes_fingerprint() */
+	RlRemoteState remote;
+	RlHandoff	remote_result;
+	int64_t		collect_since_us;	/* when collecting began */
 	char		owner[RL_OWNER_LEN + 1];	/* the holder's, or the waiter's
 											 * offered lock value */
 	char		key[RL_KEY_MAX + 1];

@@ -99,32 +99,38 @@ static const char WRITEBACK_SCRIPT[] =
 "return 1\n";
 
 /*
- * KEYS[i] is released when it still holds ARGV[i]; returns how many were.
- * ARGV[#KEYS + 1] is the key prefix, which names each lock's offer hash.
- * A released lock with a waiter's offer (ACQUIRE_WAITING_SCRIPT) is taken
- * for that waiter as its acquire would, and "value counter elapsed" is
- * published (elapsed: microseconds since the offer was left, by the node's
- * clock); a lock left free is announced with an empty message.  Either
- * way on the key's channel, which the wake-up workers of other servers
- * subscribe to.  An offer of the value released is removed.  The offer's
- * and PUBLISH are pcall'd, so a Redis user whose ACL lacks them still
- * releases (its waiters then poll).  A release that cannot read the
- * node's TIME counts as having taken the lock at once for the waiter
- * (elapsed 0: the earliest it can have been set).
+ * KEYS[i] is released when it holds ARGV[i], or the offer value of the
+ * attempt that took it (rl_offer_value(): 'w' for its first character),
+ * which a release may have set on a node the attempt did not need; returns
+ * how many were.  ARGV[#KEYS + 1] is the key prefix, which names each
+ * lock's offer hash.  Offers of either value are removed.  A released lock
+ * with a waiter's offer (ACQUIRE_WAITING_SCRIPT) is taken for that waiter
+ * as its acquire would, and "value counter elapsed" is published (elapsed:
+ * microseconds since the offer was left, by the node's clock); a lock left
+ * free is announced with an empty message.  Either way on the key's
+ * channel, which the wake-up workers of other servers subscribe to.  The
+ * offer's commands and PUBLISH are pcall'd, so a Redis user whose ACL
+ * lacks them still releases (its waiters then poll); a node whose TIME
+ * cannot be read says elapsed 0 (the earliest the lock can have been set).
  */
 static const char RELEASE_SCRIPT[] =
 "local pre = ARGV[#KEYS + 1]\n"
 "local n = 0\n"
 "for i = 1, #KEYS do\n"
 "  local k = KEYS[i]\n"
+"  local v = ARGV[i]\n"
+"  local w = 'w' .. string.sub(v, 2)\n"
 "  local o = nil\n"
 "  if string.sub(k, 1, #pre + 5) == pre .. 'lock:' then\n"
 "    o = pre .. 'wait:' .. string.sub(k, #pre + 6)\n"
+"    local ov = redis.pcall('HGET', o, 'v')\n"
+"    if ov == v or ov == w then redis.call('DEL', o) end\n"
 "  end\n"
-"  if redis.call('GET', k) == ARGV[i] then\n"
+"  local cur = redis.call('GET', k)\n"
+"  if cur == v or cur == w then\n"
 "    n = n + redis.call('DEL', k)\n"
 "    local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c', 's', 'u')\n"
-"    if f and f[1] and f[1] ~= ARGV[i] then\n"
+"    if f and f[1] then\n"
 "      redis.call('DEL', o)\n"
 "      redis.call('SET', k, f[1], 'PX', f[2])\n"
 "      local c = redis.call('GET', f[4]) or '0'\n"
@@ -138,7 +144,6 @@ static const char RELEASE_SCRIPT[] =
 "      redis.pcall('PUBLISH', k, '')\n"
 "    end\n"
 "  end\n"
-"  if o and redis.pcall('HGET', o, 'v') == ARGV[i] then redis.call('DEL', o) end\n"
 "end\n"
 "return n\n";
 
@@ -146,18 +151,14 @@ static const char RELEASE_SCRIPT[] =
  * The withdrawal of an attempt that was refused: RELEASE_SCRIPT for one
  * key, announcing nothing.  The lock was never ours on a majority, so
  * nobody waits for it to go; a publish would wake every waiter, ours
- * included, only to be refused again by the holder.  With KEYS[2], an
- * offer of the value is removed too.
+ * included, only to be refused again by the holder.  Its offer stays: the
+ * caller still waits.
  */
 static const char WITHDRAW_SCRIPT[] =
-"local n = 0\n"
 "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-"  n = redis.call('DEL', KEYS[1])\n"
+"  return redis.call('DEL', KEYS[1])\n"
 "end\n"
-"if KEYS[2] and redis.pcall('HGET', KEYS[2], 'v') == ARGV[1] then\n"
-"  redis.call('DEL', KEYS[2])\n"
-"end\n"
-"return n\n";
+"return 0\n";
 
 int64		rl_last_token = 0;
 
@@ -201,6 +202,26 @@ rl_proto_new_owner(char *owner)
 	snprintf(owner + RL_OWNER_RANDOM_LEN, RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN,
 			 ":" UINT64_FORMAT ":%u:%d",
 			 GetSystemIdentifier(), MyDatabaseId, MyProcPid);
+}
+
+/*
+ * The value an attempt's offer is handed: the attempt's own with 'w' for
+ * its first (hexadecimal) character, so that it is never an attempt's, and
+ * the release of the lease the attempt took removes it too (RELEASE_SCRIPT
+ * derives it the same way).  The holder it names is the same.
+ */
+void
+rl_offer_value(char *offer, const char *value)
+{
+	strlcpy(offer, value, RL_OWNER_LEN + 1);
+	offer[0] = 'w';
+}
+
+/* A token proposal: above every token this backend has seen. */
+int64
+rl_proto_new_proposal(void)
+{
+	return rl_propose_token(rl_proto_wall_clock_us(), rl_last_token);
 }
 
 /* The Redis key of a resource's lock. */
@@ -360,34 +381,25 @@ rl_proto_release_one(const char *key, int keylen, const char *owner,
  * the previous holder announced nothing): then someone may wait for it.
  */
 static void
-withdraw_attempt(const char *resource, const char *key, int keylen,
-				 const char *owner, const bool *skip, bool announce)
+withdraw_attempt(const char *key, int keylen, const char *owner,
+				 const bool *skip, bool announce)
 {
 	const char *argv[6];
 	size_t		argvlen[6];
-	char		okey[RL_KEY_MAX + 1];
 	RlRequest	req;
 
-	argv[3] = key;
-	argvlen[3] = keylen;
 	if (announce)
-	{
 		rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT,
 							 sizeof(RELEASE_SCRIPT) - 1, "1");
-		argv[4] = owner;
-		argvlen[4] = strlen(owner);
-		argv[5] = rl_key_prefix;
-		argvlen[5] = strlen(rl_key_prefix);
-	}
 	else
-	{
 		rl_proto_eval_header(argv, argvlen, WITHDRAW_SCRIPT,
-							 sizeof(WITHDRAW_SCRIPT) - 1, "2");
-		argv[4] = okey;
-		argvlen[4] = rl_offer_key(okey, resource);
-		argv[5] = owner;
-		argvlen[5] = strlen(owner);
-	}
+							 sizeof(WITHDRAW_SCRIPT) - 1, "1");
+	argv[3] = key;
+	argvlen[3] = keylen;
+	argv[4] = owner;
+	argvlen[4] = strlen(owner);
+	argv[5] = rl_key_prefix;	/* RELEASE_SCRIPT's; WITHDRAW_SCRIPT ignores it */
+	argvlen[5] = strlen(rl_key_prefix);
 	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 6, argv, argvlen);
 	req.must_deliver = true;
 	memcpy(req.skip, skip, sizeof(req.skip));
@@ -409,13 +421,12 @@ rl_proto_set_in_flight(const char *key, int keylen, const char *owner)
  * handoff (rl_in_flight holds its owner): choose the token, write it back
  * where our proposal was not above a granting node's counter, and check
  * the validity left.  On failure everything the attempt may have set is
- * released.  On success, the nodes that refused may still keep the
- * waiter's offer (offer, or NULL): it is withdrawn there.
+ * released.
  */
 RlAttempt
 rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 				int64 proposal, int64_t start_us, bool handed,
-				const RlOffer *offer, RlGrant *grant, RlRequest *req)
+				RlGrant *grant, RlRequest *req)
 {
 	int64_t		counters[RL_MAX_NODES];
 	int			ncounters = 0;
@@ -477,16 +488,6 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 		goto failed;
 	}
 
-	if (offer != NULL && offer->on_nodes && req->tally.no > 0)
-	{
-		bool		not_refused[RL_MAX_NODES];
-
-		for (int i = 0; i < RL_MAX_NODES; i++)
-			not_refused[i] = i >= req->nnodes ||
-				req->results[i].vote != RL_VOTE_NO;
-		withdraw_attempt(resource, key, keylen, offer->owner, not_refused,
-						 false);
-	}
 	grant->token = token;
 	grant->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
 		rl_drift_us(ttl_ms, rl_drift_factor);
@@ -496,7 +497,7 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	return RL_ATTEMPT_GRANTED;
 
 failed:
-	withdraw_attempt(resource, key, keylen, grant->owner, unset, announce);
+	withdraw_attempt(key, keylen, grant->owner, unset, announce);
 	rl_in_flight.active = false;
 	return result;
 }
@@ -505,9 +506,11 @@ failed:
  * One Redlock attempt on key.  On success fills grant.  On failure
  * everything this attempt may have set is released, and req_out describes
  * what each node said.  offer: NULL, or the standing offer of a lock call
- * that waits (with a fresh value: rl_handoff_new_offer), which is left
- * where the lock is held (ACQUIRE_WAITING_SCRIPT); a holder on another
- * server then hands the lock over in its release.
+ * that waits (rl_handoff_new_offer: the attempt's value and proposal, and
+ * the offer's value), which is left where the lock is held
+ * (ACQUIRE_WAITING_SCRIPT); a holder on another server then hands the lock
+ * over in its release.  A lock held by the offer's value on a node our
+ * lease did not need is ours: our release removes it (RELEASE_SCRIPT).
  */
 RlAttempt
 rl_proto_acquire(const char *resource, const char *key, int keylen,
@@ -525,8 +528,16 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	int64_t		start_us;
 	int			argc = 8;
 
-	rl_proto_new_owner(grant->owner);
-	proposal = rl_propose_token(rl_proto_wall_clock_us(), rl_last_token);
+	if (offer != NULL)
+	{
+		memcpy(grant->owner, offer->value, RL_OWNER_LEN + 1);
+		proposal = offer->proposal;
+	}
+	else
+	{
+		rl_proto_new_owner(grant->owner);
+		proposal = rl_proto_new_proposal();
+	}
 
 	rl_proto_lock_call(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1,
 					   key, keylen, resource, ckey, grant->owner);
@@ -545,7 +556,6 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 		memmove(&argvlen[6], &argvlen[5], 3 * sizeof(argvlen[0]));
 		argv[5] = okey;
 		argvlen[5] = rl_offer_key(okey, resource);
-		offer->proposal = proposal;
 		argv[9] = offer->owner;
 		argvlen[9] = strlen(offer->owner);
 		argv[10] = offer->prev;
@@ -559,15 +569,13 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 
 	rl_proto_set_in_flight(key, keylen, grant->owner);
 	start_us = rl_now_us();
-	if (offer != NULL)
-		offer->since_us = start_us;
 	rl_stats_count(RL_STAT_ATTEMPTS);
 	rl_nodes_run(req_out);
 	req_out->argv = NULL;
 	req_out->argvlen = NULL;
 
 	return rl_proto_settle(resource, key, keylen, ttl_ms, proposal, start_us,
-						   false, offer, grant, req_out);
+						   false, grant, req_out);
 }
 
 /* Abort path: release what an interrupted attempt may have set. */

@@ -47,11 +47,12 @@ typedef struct RlReleaseItem
  */
 typedef struct RlOffer
 {
-	char		owner[RL_OWNER_LEN + 1];	/* its lock value, or "" */
-	char		prev[RL_OWNER_LEN + 1];	/* the one before, or "" */
-	int64		proposal;		/* the token proposed for it */
-	int64_t		since_us;		/* when the attempt that left it began */
-	bool		on_nodes;		/* an attempt may have left it on a node */
+	char		value[RL_OWNER_LEN + 1];	/* the attempt's own lock value */
+	char		owner[RL_OWNER_LEN + 1];	/* the offer's: rl_offer_value() of
+											 * it, or any fresh one; "" */
+	char		prev[RL_OWNER_LEN + 1];	/* the offer before, or "" */
+	int64		proposal;		/* the token proposed for both */
+	int64_t		since_us;		/* taken before the attempt was sent */
 	int			px_ms;			/* how long it stays on a node */
 } RlOffer;
 
@@ -87,6 +88,8 @@ extern void rl_proto_abandon_in_flight(void);
 extern void rl_proto_release_one(const char *key, int keylen,
 								 const char *owner, bool nothrow);
 extern void rl_proto_new_owner(char *owner);
+extern void rl_offer_value(char *offer, const char *value);
+extern int64 rl_proto_new_proposal(void);
 extern void rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 							 const char *waiter_owner, int waiter_ttl_ms,
 							 bool nothrow, int64_t deadline_us,

@@ -21,19 +21,23 @@
 
 /*
  * A release that hands the lock to the next waiter of this server: delete
- * our value (KEYS[1] = ARGV[1]), then take the lock for the waiter exactly
- * as ACQUIRE_SCRIPT does (value ARGV[2], TTL ARGV[3], proposal ARGV[4]); a
- * lock the waiter's offer on the nodes (KEYS[3]) was handed already by a
- * holder on another server counts as taken.  That offer is used up.
- * Nothing is published: the lock is not free.
+ * our value (KEYS[1] = ARGV[1], or its offer value, as RELEASE_SCRIPT
+ * does), then take the lock for the waiter exactly as ACQUIRE_SCRIPT does
+ * (value ARGV[2], TTL ARGV[3], proposal ARGV[4]); a lock already handed to
+ * the waiter's offer on the nodes (KEYS[3]) by a holder on another server
+ * counts as taken.  That offer is used up, and ours removed.  Nothing is
+ * published: the lock is not free.
  */
 static const char HANDOFF_SCRIPT[] =
-"if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
+"local w = 'w' .. string.sub(ARGV[1], 2)\n"
+"local mine = redis.call('GET', KEYS[1])\n"
+"if mine == ARGV[1] or mine == w then redis.call('DEL', KEYS[1]) end\n"
+"local ov = redis.pcall('HGET', KEYS[3], 'v')\n"
+"if ov == ARGV[1] or ov == w or ov == ARGV[2] then redis.call('DEL', KEYS[3]) end\n"
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
 "local cur = redis.call('GET', KEYS[1])\n"
 "if cur and cur ~= ARGV[2] then return false end\n"
 "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
-"if redis.pcall('HGET', KEYS[3], 'v') == ARGV[2] then redis.call('DEL', KEYS[3]) end\n"
 "local p = ARGV[4]\n"
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
 "return c\n";
@@ -56,7 +60,7 @@ rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 	char		ttl_buf[16];
 	char		proposal_buf[24];
 
-	out->proposal = rl_propose_token(rl_proto_wall_clock_us(), rl_last_token);
+	out->proposal = rl_proto_new_proposal();
 	rl_proto_lock_call(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1,
 					   ours->key, ours->keylen, resource, ckey, ours->owner);
 	/* KEYS: lock, counter, offer; ARGV: ours, the waiter's, TTL, proposal */
@@ -122,5 +126,5 @@ rl_proto_take_handoff(const char *resource, const char *key, int keylen,
 	memcpy(grant->owner, offer->owner, RL_OWNER_LEN + 1);
 	rl_proto_set_in_flight(key, keylen, offer->owner);
 	return rl_proto_settle(resource, key, keylen, ttl_ms, ho->proposal,
-						   ho->start_us, true, offer, grant, req);
+						   ho->start_us, true, grant, req);
 }

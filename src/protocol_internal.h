@@ -25,8 +25,7 @@ extern void rl_proto_set_in_flight(const char *key, int keylen,
 extern RlAttempt rl_proto_settle(const char *resource, const char *key,
 								 int keylen, int ttl_ms, int64 proposal,
 								 int64_t start_us, bool handed,
-								 const RlOffer *offer, RlGrant *grant,
-								 RlRequest *req);
+								 RlGrant *grant, RlRequest *req);
 extern void rl_proto_eval_header(const char **argv, size_t *argvlen,
 								 const char *script, size_t scriptlen,
 								 const char *numkeys);
