@@ -30,8 +30,7 @@
  * that whichever release comes first, local or remote, hands over the same
  * value.  The wake-up worker gathers the word of the nodes on a remote
  * handoff (handoff_remote.c); until it is done no holder here takes the
- * offer up.  A waiter that gives up withdraws its
- * offer from the nodes too.
+ * offer up.  A waiter that gives up withdraws its offer from the nodes too.
  *
  *-------------------------------------------------------------------------
  */

@@ -77,8 +77,9 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 	int			majority = rl_majority(nnodes);
 	int64_t		now = rl_now_us();
 
-	if (rl_table == NULL || node < 0 || node >= nnodes)
-		return;
+	if (rl_table == NULL || node < 0 || node >= nnodes ||
+		(owner == NULL && !rl_collecting))
+		return;					/* a free lock concerns no collection */
 	elapsed_us = Max(elapsed_us, 0);
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < rl_table->nslots && nwake < RL_WAKE_MAX; i++)
