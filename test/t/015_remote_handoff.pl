@@ -5,8 +5,9 @@
 # gathers the nodes' word.  The waiter makes no attempt of its own after the
 # release.  Also: the lease's validity, a waiter that gives up or is
 # terminated (nothing left on the nodes), a second waiter behind the first,
-# a holder whose lease expires, a session with another node list, and a
-# node stopped during the release.
+# a holder whose lease expires, a session with another node list, a node
+# stopped during the release, and a holder whose Redis user lacks the
+# offer's commands.
 # redlock.retry_delay is 10 s, without jitter: polling cannot explain a
 # grant within 5 s.  Real Redis nodes and two real clusters.
 use strict;
@@ -327,6 +328,31 @@ like($redis[2]->cli('GET', 'redlock:lock:r8'), qr/^(\Q$offered\E)?$/,
 $w->query_safe("SELECT redlock_unlock('r8')");
 ok(wait_for(sub { no_lock('r8') && no_offer('r8') }), 'r8: nothing is left after its unlock');
 $w->quit;
+
+# --- 9. a holder whose Redis user has the minimal ACL of the README (no
+# HGET, HMGET, TIME or PUBLISH: the release script pcalls them): its
+# release cannot see the offer and says nothing, but it releases; the
+# waiter, on its own backstop (300 ms here), asks and gets the lease, and
+# its attempt removes its old offer
+for my $r (@redis)
+{
+	$r->cli('ACL', 'SETUSER', 'locker', 'on', '>lockpw', 'resetkeys', '~redlock:*',
+		'resetchannels', '-@all', '+eval', '+get', '+set', '+del', '+pexpire', '+ping', '+info');
+}
+my $acl = $east->background_psql('postgres', on_error_stop => 0);
+$acl->query_safe("SET redlock.username = 'locker'; SET redlock.password = 'lockpw'");
+$t1 = $acl->query_safe("SELECT redlock_lock('r9', 60000)");
+($w, $wpid) = west_waiter('r9', undef, "SET redlock.retry_delay = '300ms'");
+ok(wait_for(sub { all_offer('r9', $wpid) }), 'r9: every node has the offer of the west waiter');
+is($acl->query_safe("SELECT redlock_unlock('r9')"), 't',
+	"r9: a holder whose ACL lacks the offer's commands releases");
+$t2 = $w->query_safe('SELECT :got');
+cmp_ok($t2, '>', $t1, 'r9: the west waiter got the lease, with a newer token');
+ok(all_lock('r9', $wpid) && no_offer('r9'), 'r9: every node holds it for the waiter, no offer left');
+$w->query_safe("SELECT redlock_unlock('r9')");
+ok(wait_for(sub { no_lock('r9') && no_offer('r9') }), 'r9: nothing is left after its unlock');
+$w->quit;
+$acl->quit;
 
 $h->quit;
 $_->stop for @pg;
