@@ -91,9 +91,16 @@ rl_handoff_new_offer(int slot, RlOffer *offer)
 	offer->proposal = rl_proto_new_proposal();
 	offer->since_us = rl_now_us();
 	offer->px_ms = rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
+
+	/*
+	 * What the worker heard of the previous offer since we last looked is
+	 * dropped (the latch it set costs one spurious wake-up): this attempt
+	 * takes back a lock handed to it, or replaces it on the nodes.
+	 */
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->handoff == RL_HANDOFF_NONE);
 	strlcpy(s->remote_owner, offer->owner, sizeof(s->remote_owner));
+	s->remote_px_ms = offer->px_ms;
 	s->remote_proposal = offer->proposal;
 	s->remote_since_us = offer->since_us;
 	s->remote_nodes = rl_nodes_fingerprint();
@@ -102,36 +109,45 @@ rl_handoff_new_offer(int slot, RlOffer *offer)
 }
 
 /*
- * The offer was handed over (settled: granted, or failed and withdrawn):
- * the next one needs a fresh value.  The next attempt still takes back a
- * lock handed to this one on a node it did not hear from
- * (ACQUIRE_WAITING_SCRIPT).
+ * The value owner was handed over (and settled: granted, or failed and
+ * withdrawn): the next offer needs a fresh one.  If it was the offer on
+ * the nodes, the next attempt still takes back a lock handed to it on a
+ * node it did not hear from (ACQUIRE_WAITING_SCRIPT).
  */
 void
-rl_handoff_used(RlOffer *offer)
+rl_handoff_used(RlOffer *offer, const char *owner)
 {
-	if (offer->owner[0] != '\0')
+	if (strcmp(offer->owner, owner) == 0)
+	{
 		memcpy(offer->prev, offer->owner, RL_OWNER_LEN + 1);
-	offer->owner[0] = '\0';
+		offer->owner[0] = '\0';
+	}
+	if (strcmp(offer->local, owner) == 0)
+		offer->local[0] = '\0';
 }
 
 /*
  * About to sleep in slot: offer to be handed the lease at its release, with
- * the value of our last attempt's offer on the nodes (or a fresh one).
+ * the value of our last attempt's offer on the nodes (or one of our own).
  */
 void
 rl_handoff_offer(int slot, int ttl_ms, RlOffer *offer)
 {
 	RlSlot	   *s;
+	const char *value = offer->owner;
 
 	if (rl_table == NULL || slot < 0)
 		return;
-	if (offer->owner[0] == '\0')
-		rl_proto_new_owner(offer->owner);
+	if (value[0] == '\0')
+	{
+		if (offer->local[0] == '\0')
+			rl_proto_new_owner(offer->local);
+		value = offer->local;
+	}
 	s = &rl_table->slots[slot];
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->handoff == RL_HANDOFF_NONE);
-	strlcpy(s->owner, offer->owner, sizeof(s->owner));
+	strlcpy(s->owner, value, sizeof(s->owner));
 	s->ttl_ms = ttl_ms;
 	s->handoff_nodes = rl_nodes_fingerprint();
 	s->handoff = RL_HANDOFF_OFFERED;
@@ -143,10 +159,12 @@ rl_handoff_offer(int slot, int ttl_ms, RlOffer *offer)
  * for; a finished one is returned in *ho (and is ours to settle).
  */
 RlHandoffOutcome
-rl_handoff_withdraw(int slot, RlHandoff *ho)
+rl_handoff_withdraw(int slot, RlHandoff *ho, char *owner)
 {
 	RlSlot	   *s;
 	RlHandoffOutcome outcome = RL_HANDED_NOTHING;
+	int64_t		overdue = rl_now_us() -
+		(int64_t) (2 * rl_node_timeout_ms + 1000) * 1000;
 
 	if (rl_table == NULL || slot < 0)
 		return RL_HANDED_NOTHING;
@@ -163,20 +181,35 @@ rl_handoff_withdraw(int slot, RlHandoff *ho)
 			break;
 		case RL_HANDOFF_DONE:
 			*ho = s->handoff_result;
+			strlcpy(owner, s->owner, RL_OWNER_LEN + 1);
 			s->handoff = RL_HANDOFF_NONE;
 			outcome = RL_HANDED_OVER;
 			break;
 	}
 
-	/* or a holder on another server handed over the offer on the nodes */
+	/*
+	 * Or a holder on another server handed over the offer on the nodes.  A
+	 * worker that stopped (or restarted) while it gathered the nodes' word
+	 * must not keep us waiting: well after its own deadline, we end it.
+	 */
+	if (outcome == RL_HANDED_NOTHING && s->remote == RL_REMOTE_COLLECTING &&
+		s->collect_since_us < overdue)
+		rl_remote_done(s);
 	if (outcome == RL_HANDED_NOTHING && s->remote == RL_REMOTE_COLLECTING)
 		outcome = RL_HANDED_PENDING;
 	else if (outcome == RL_HANDED_NOTHING && s->remote == RL_REMOTE_DONE)
 	{
 		*ho = s->remote_result;
+		strlcpy(owner, s->remote_owner, RL_OWNER_LEN + 1);
 		outcome = RL_HANDED_OVER;
 	}
-	/* the same value, handed over: what is heard of it later is stale */
+
+	/*
+	 * The local outcome comes first, and once one is taken, whatever is
+	 * heard of the offer is stale: a release of ours on another connection
+	 * (rl_handoff_run) may hand the lock to our offer there and take it back
+	 * in the same script.
+	 */
 	if (outcome == RL_HANDED_OVER)
 		s->remote = RL_REMOTE_USED;
 	LWLockRelease(rl_table->lock);

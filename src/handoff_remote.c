@@ -32,7 +32,8 @@
 
 #define RL_WAKE_MAX 64			/* waiters woken by one look */
 
-static bool rl_collecting = false;	/* a collection may be under way */
+/* a collection may be under way (the worker may have restarted) */
+static bool rl_collecting = true;
 
 /* The wake-up worker listens to these nodes (0: none). */
 void
@@ -48,9 +49,12 @@ rl_handoff_remote_nodes(uint64_t nodes)
 	LWLockRelease(rl_table->lock);
 }
 
-/* Lock held.  The outcome goes to the waiter, whose procno is returned. */
-static int
-done(RlSlot *s)
+/*
+ * Lock held.  The outcome goes to the waiter, whose procno is returned (to
+ * set its latch).  Also the waiter's, when the worker is long overdue.
+ */
+int
+rl_remote_done(RlSlot *s)
 {
 	RlHandoff  *ho = &s->remote_result;
 
@@ -65,11 +69,15 @@ done(RlSlot *s)
 
 /*
  * Node node says that key was released and handed to owner (with counter
- * and elapsed_us), or left free (owner NULL).
+ * and elapsed_us), or left free (owner NULL).  free_nodes: the nodes that
+ * said the key was left free, since free_since_us (messages from the nodes
+ * come in any order, and those before the first word of a handoff to us
+ * would be lost).
  */
 void
 rl_handoff_remote_heard(int node, const char *key, const char *owner,
-						int64 counter, int64 elapsed_us)
+						int64 counter, int64 elapsed_us, uint32 free_nodes,
+						int64_t free_since_us)
 {
 	int			wake[RL_WAKE_MAX];
 	int			nwake = 0;
@@ -101,8 +109,14 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 			ho->proposal = s->remote_proposal;
 			ho->start_us = INT64_MAX;
 			ho->nnodes = nnodes;
+			ho->remote = true;
 			for (int n = 0; n < nnodes; n++)
 				ho->votes[n] = RL_VOTE_PENDING;
+			/* left free, after our attempt had left the offer: not ours */
+			if (free_since_us >= s->remote_since_us)
+				for (int n = 0; n < nnodes; n++)
+					if ((free_nodes & ((uint32) 1 << n)) != 0)
+						ho->votes[n] = RL_VOTE_NO;
 			s->collect_since_us = now;
 			s->remote = RL_REMOTE_COLLECTING;
 			rl_collecting = true;
@@ -112,8 +126,10 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 			continue;
 		if (ours)
 		{
-			int64_t		set_after = s->remote_since_us + elapsed_us -
-				(int64_t) (elapsed_us * rl_drift_factor);
+			/* a node's clock stepped forward: no longer than the offer lives */
+			int64		e = Min(elapsed_us, (int64) s->remote_px_ms * 1000);
+			int64_t		set_after = s->remote_since_us + e -
+				(int64_t) (e * rl_drift_factor);
 
 			ho->votes[node] = RL_VOTE_YES;
 			ho->counters[node] = counter;
@@ -123,7 +139,7 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 			ho->votes[node] = RL_VOTE_NO;
 		t = rl_tally(ho->votes, nnodes);
 		if (t.yes >= majority || t.no > nnodes - majority || t.pending == 0)
-			wake[nwake++] = done(s);
+			wake[nwake++] = rl_remote_done(s);
 	}
 	LWLockRelease(rl_table->lock);
 	for (int i = 0; i < nwake; i++)
@@ -155,7 +171,7 @@ rl_handoff_remote_due(void)
 		if (!s->in_use || s->granted || s->remote != RL_REMOTE_COLLECTING)
 			continue;
 		if (s->collect_since_us + after <= now)
-			wake[nwake++] = done(s);
+			wake[nwake++] = rl_remote_done(s);
 		else
 		{
 			any = true;

@@ -259,7 +259,7 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 		}
 
 		/* a lock call that waits leaves its offer where it is refused */
-		if (!try_only && rl_handoff_remote_possible(slot))
+		if (!try_only && wait_ms != 0 && rl_handoff_remote_possible(slot))
 		{
 			rl_handoff_new_offer(slot, &waiter.offer);
 			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &waiter.offer,

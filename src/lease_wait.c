@@ -97,6 +97,7 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 	RlHandoffOutcome outcome;
 	RlRequest	req;
 	bool		granted;
+	char		owner[RL_OWNER_LEN + 1];
 
 	if (!*announced)
 	{
@@ -116,7 +117,7 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 	 * limits (lock_timeout, wait_ms) still apply; an offer given up while
 	 * taken is released by the abort path, or by the holder.
 	 */
-	while ((outcome = rl_handoff_withdraw(w->slot, &ho)) == RL_HANDED_PENDING)
+	while ((outcome = rl_handoff_withdraw(w->slot, &ho, owner)) == RL_HANDED_PENDING)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(sleep_ms(w, last), 100), rl_wait_event_lease());
@@ -126,7 +127,7 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 	if (outcome != RL_HANDED_OVER)
 		return false;
 	granted = rl_proto_take_handoff(w->resource, w->key, w->keylen, w->ttl_ms,
-									&w->offer, &ho, grant, &req) == RL_ATTEMPT_GRANTED;
-	rl_handoff_used(&w->offer);
+									owner, &ho, grant, &req) == RL_ATTEMPT_GRANTED;
+	rl_handoff_used(&w->offer, owner);
 	return granted;
 }

@@ -66,6 +66,7 @@ typedef struct RlSlot
 	char		remote_owner[RL_OWNER_LEN + 1];	/* "" for none */
 	int64		remote_proposal;
 	int64_t		remote_since_us;	/* before that attempt was sent */
+	int			remote_px_ms;	/* its life on a node */
 	uint64_t	remote_nodes;	/* its rl_nodes_fingerprint() */
 	RlRemoteState remote;
 	RlHandoff	remote_result;
@@ -92,5 +93,6 @@ extern RlLockTable *rl_table;
 extern int	rl_my_procno(void);
 extern Latch *rl_latch_of(int procno);
 extern int	rl_first_waiter(const char *key, int skip);
+extern int	rl_remote_done(RlSlot *s);
 
 #endif							/* REDLOCK_LOCK_TABLE_INTERNAL_H */

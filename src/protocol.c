@@ -59,33 +59,37 @@ static const char ACQUIRE_SCRIPT[] =
 "return c\n";
 
 /*
- * ACQUIRE_SCRIPT for a lock call that waits, with its offer hash KEYS[3]:
- * where the lock is held, leave the offer (value ARGV[4], the TTL, the
- * proposal, the counter's name and the node's time) unless another
- * waiter's is there; ARGV[6] is its lifetime.  ARGV[5] is the value of our
- * previous offer, or '': it is replaced, and a lock a release handed to it
- * after we stopped listening is taken back for this attempt.  The offer's
- * commands are pcall'd: a Redis user whose ACL lacks them still locks
- * (and its waiters are woken as before).
+ * ACQUIRE_SCRIPT for a lock call that waits, with the name of its offer
+ * hash in ARGV[7]: where the lock is held, leave the offer (value ARGV[4],
+ * the TTL, the proposal, the counter's name and the node's time) unless
+ * another waiter's is there; ARGV[6] is its lifetime.  ARGV[5] is the
+ * value of our previous offer, or '': it is replaced, and a lock a release
+ * handed to it after we stopped listening is taken back for this attempt.
+ * The offer hash is not a declared key, and its commands are pcall'd: a
+ * Redis user whose ACL lacks them, or the key pattern, still locks (and
+ * its waiters are woken as before).
  */
 static const char ACQUIRE_WAITING_SCRIPT[] =
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
 "local prev = ARGV[5]\n"
+"local o = ARGV[7]\n"
 "if prev ~= '' and redis.call('GET', KEYS[1]) == prev then\n"
 "  redis.call('DEL', KEYS[1])\n"
 "end\n"
 "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-"  local w = redis.pcall('HGET', KEYS[3], 'v')\n"
+"  local w = redis.pcall('HGET', o, 'v')\n"
 "  local t = redis.pcall('TIME')\n"
 "  if (not w or w == prev) and t[2] then\n"
-"    redis.pcall('HSET', KEYS[3], 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
+"    redis.pcall('HSET', o, 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
 "                'c', KEYS[2], 's', t[1], 'u', t[2])\n"
-"    redis.pcall('PEXPIRE', KEYS[3], ARGV[6])\n"
+"    if type(redis.pcall('PEXPIRE', o, ARGV[6])) == 'table' then\n"
+"      redis.pcall('DEL', o)\n"
+"    end\n"
 "  end\n"
 "  return false\n"
 "end\n"
-"if prev ~= '' and redis.pcall('HGET', KEYS[3], 'v') == prev then\n"
-"  redis.call('DEL', KEYS[3])\n"
+"if prev ~= '' and redis.pcall('HGET', o, 'v') == prev then\n"
+"  redis.pcall('DEL', o)\n"
 "end\n"
 "local p = ARGV[3]\n"
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
@@ -124,14 +128,14 @@ static const char RELEASE_SCRIPT[] =
 "  if string.sub(k, 1, #pre + 5) == pre .. 'lock:' then\n"
 "    o = pre .. 'wait:' .. string.sub(k, #pre + 6)\n"
 "    local ov = redis.pcall('HGET', o, 'v')\n"
-"    if ov == v or ov == w then redis.call('DEL', o) end\n"
+"    if ov == v or ov == w then redis.pcall('DEL', o) end\n"
 "  end\n"
 "  local cur = redis.call('GET', k)\n"
 "  if cur == v or cur == w then\n"
 "    n = n + redis.call('DEL', k)\n"
 "    local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c', 's', 'u')\n"
-"    if f and f[1] then\n"
-"      redis.call('DEL', o)\n"
+"    if f and f[1] and f[2] and f[3] and f[4] and f[5] and f[6] then\n"
+"      redis.pcall('DEL', o)\n"
 "      redis.call('SET', k, f[1], 'PX', f[2])\n"
 "      local c = redis.call('GET', f[4]) or '0'\n"
 "      local p = f[3]\n"
@@ -547,21 +551,17 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	argvlen[7] = rl_format_counter(proposal, proposal_buf);
 	if (offer != NULL)
 	{
-		/* KEYS: lock, counter, offer; ARGV: ours, TTL, proposal, offer */
+		/* ARGV: ours, TTL, proposal, the offer's value, prev, life, name */
 		argv[1] = ACQUIRE_WAITING_SCRIPT;
 		argvlen[1] = sizeof(ACQUIRE_WAITING_SCRIPT) - 1;
-		argv[2] = "3";
-		argvlen[2] = 1;
-		memmove(&argv[6], &argv[5], 3 * sizeof(argv[0]));
-		memmove(&argvlen[6], &argvlen[5], 3 * sizeof(argvlen[0]));
-		argv[5] = okey;
-		argvlen[5] = rl_offer_key(okey, resource);
-		argv[9] = offer->owner;
-		argvlen[9] = strlen(offer->owner);
-		argv[10] = offer->prev;
-		argvlen[10] = strlen(offer->prev);
-		argv[11] = px_buf;
-		argvlen[11] = snprintf(px_buf, sizeof(px_buf), "%d", offer->px_ms);
+		argv[8] = offer->owner;
+		argvlen[8] = strlen(offer->owner);
+		argv[9] = offer->prev;
+		argvlen[9] = strlen(offer->prev);
+		argv[10] = px_buf;
+		argvlen[10] = snprintf(px_buf, sizeof(px_buf), "%d", offer->px_ms);
+		argv[11] = okey;
+		argvlen[11] = rl_offer_key(okey, resource);
 		argc = 12;
 	}
 	rl_proto_request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, argc,

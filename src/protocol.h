@@ -48,8 +48,9 @@ typedef struct RlReleaseItem
 typedef struct RlOffer
 {
 	char		value[RL_OWNER_LEN + 1];	/* the attempt's own lock value */
-	char		owner[RL_OWNER_LEN + 1];	/* the offer's: rl_offer_value() of
-											 * it, or any fresh one; "" */
+	char		owner[RL_OWNER_LEN + 1];	/* the offer's on the nodes:
+											 * rl_offer_value() of it, or "" */
+	char		local[RL_OWNER_LEN + 1];	/* offered without: fresh, or "" */
 	char		prev[RL_OWNER_LEN + 1];	/* the offer before, or "" */
 	int64		proposal;		/* the token proposed for both */
 	int64_t		since_us;		/* taken before the attempt was sent */
@@ -68,6 +69,8 @@ typedef struct RlHandoff
 	RlVote		votes[RL_MAX_NODES];
 	int64_t		counters[RL_MAX_NODES];
 	uint32		not_asked;		/* bit i: node i was in backoff, not asked */
+	bool		remote;			/* a holder on another server: a node's no
+								 * may be out of date (handoff_remote.c) */
 } RlHandoff;
 
 /* One lease to extend: its Redis key, random owner value and new TTL. */
@@ -96,7 +99,7 @@ extern void rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 							 RlHandoff *out, RlRequest *req);
 extern RlAttempt rl_proto_take_handoff(const char *resource, const char *key,
 									   int keylen, int ttl_ms,
-									   const RlOffer *offer, const RlHandoff *ho,
+									   const char *owner, const RlHandoff *ho,
 									   RlGrant *grant, RlRequest *req);
 extern RlDecision rl_proto_extend(const char *key, int keylen,
 								  const char *owner, int ttl_ms,

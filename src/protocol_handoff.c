@@ -24,20 +24,22 @@
  * our value (KEYS[1] = ARGV[1], or its offer value, as RELEASE_SCRIPT
  * does), then take the lock for the waiter exactly as ACQUIRE_SCRIPT does
  * (value ARGV[2], TTL ARGV[3], proposal ARGV[4]); a lock already handed to
- * the waiter's offer on the nodes (KEYS[3]) by a holder on another server
- * counts as taken.  That offer is used up, and ours removed.  Nothing is
- * published: the lock is not free.
+ * the waiter's offer on the nodes (hash ARGV[5], not a declared key: see
+ * ACQUIRE_WAITING_SCRIPT) by a holder on another server counts as taken.
+ * Our offers are removed, and the waiter's once it has the lock.  Nothing
+ * is published: the lock is not free.
  */
 static const char HANDOFF_SCRIPT[] =
 "local w = 'w' .. string.sub(ARGV[1], 2)\n"
 "local mine = redis.call('GET', KEYS[1])\n"
 "if mine == ARGV[1] or mine == w then redis.call('DEL', KEYS[1]) end\n"
-"local ov = redis.pcall('HGET', KEYS[3], 'v')\n"
-"if ov == ARGV[1] or ov == w or ov == ARGV[2] then redis.call('DEL', KEYS[3]) end\n"
+"local ov = redis.pcall('HGET', ARGV[5], 'v')\n"
+"if ov == ARGV[1] or ov == w then redis.pcall('DEL', ARGV[5]) end\n"
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
 "local cur = redis.call('GET', KEYS[1])\n"
 "if cur and cur ~= ARGV[2] then return false end\n"
 "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+"if ov == ARGV[2] then redis.pcall('DEL', ARGV[5]) end\n"
 "local p = ARGV[4]\n"
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
 "return c\n";
@@ -63,18 +65,15 @@ rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 	out->proposal = rl_proto_new_proposal();
 	rl_proto_lock_call(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1,
 					   ours->key, ours->keylen, resource, ckey, ours->owner);
-	/* KEYS: lock, counter, offer; ARGV: ours, the waiter's, TTL, proposal */
-	argv[2] = "3";
-	argv[6] = argv[5];
-	argvlen[6] = argvlen[5];
-	argv[5] = okey;
-	argvlen[5] = rl_offer_key(okey, resource);
-	argv[7] = waiter_owner;
-	argvlen[7] = strlen(waiter_owner);
-	argv[8] = ttl_buf;
-	argvlen[8] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", waiter_ttl_ms);
-	argv[9] = proposal_buf;
-	argvlen[9] = rl_format_counter(out->proposal, proposal_buf);
+	/* ARGV: ours, the waiter's, TTL, proposal, the offer hash's name */
+	argv[6] = waiter_owner;
+	argvlen[6] = strlen(waiter_owner);
+	argv[7] = ttl_buf;
+	argvlen[7] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", waiter_ttl_ms);
+	argv[8] = proposal_buf;
+	argvlen[8] = rl_format_counter(out->proposal, proposal_buf);
+	argv[9] = okey;
+	argvlen[9] = rl_offer_key(okey, resource);
 	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 10, argv, argvlen);
 	req->nothrow = nothrow;
 	req->deadline_us = deadline_us;
@@ -96,12 +95,12 @@ rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 
 /*
  * The waiter's side of a handoff: settle the attempt a releasing holder
- * made for us with the value of offer (see rl_proto_handoff, or a release
- * on another server) as if it were our own.
+ * made for us with the value owner (see rl_proto_handoff, or a release on
+ * another server) as if it were our own.
  */
 RlAttempt
 rl_proto_take_handoff(const char *resource, const char *key, int keylen,
-					  int ttl_ms, const RlOffer *offer, const RlHandoff *ho,
+					  int ttl_ms, const char *owner, const RlHandoff *ho,
 					  RlGrant *grant, RlRequest *req)
 {
 	memset(req, 0, sizeof(*req));
@@ -111,7 +110,8 @@ rl_proto_take_handoff(const char *resource, const char *key, int keylen,
 	{
 		RlVote		v = ho->votes[i];
 
-		req->results[i].vote = v;
+		/* withdrawn there too if the round fails: see RlHandoff.remote */
+		req->results[i].vote = (ho->remote && v == RL_VOTE_NO) ? RL_VOTE_FAILED : v;
 		req->results[i].counter = ho->counters[i];
 		req->results[i].in_backoff = (ho->not_asked & ((uint32) 1 << i)) != 0;
 		snprintf(req->results[i].detail, sizeof(req->results[i].detail), "%s",
@@ -123,8 +123,8 @@ rl_proto_take_handoff(const char *resource, const char *key, int keylen,
 	if (req->decision == RL_UNDECIDED)
 		req->decision = RL_UNAVAILABLE;
 
-	memcpy(grant->owner, offer->owner, RL_OWNER_LEN + 1);
-	rl_proto_set_in_flight(key, keylen, offer->owner);
+	strlcpy(grant->owner, owner, RL_OWNER_LEN + 1);
+	rl_proto_set_in_flight(key, keylen, owner);
 	return rl_proto_settle(resource, key, keylen, ttl_ms, ho->proposal,
 						   ho->start_us, true, grant, req);
 }

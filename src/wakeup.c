@@ -126,11 +126,12 @@ on_message(int node, const char *key, const char *payload, size_t len)
 	char		owner[RL_OWNER_LEN + 1];
 	long long	counter;
 	long long	elapsed_us;
+	RlKeyNote  *freed;
 
 	if (len == 0)
 	{
 		note_node(rl_heard, node, key);
-		rl_handoff_remote_heard(node, key, NULL, 0, 0);
+		rl_handoff_remote_heard(node, key, NULL, 0, 0, 0, 0);
 		return;
 	}
 	StaticAssertStmt(RL_OWNER_LEN == 80, "the sscanf() width below");
@@ -138,8 +139,11 @@ on_message(int node, const char *key, const char *payload, size_t len)
 		return;
 	memcpy(text, payload, len);
 	text[len] = '\0';
+	freed = hash_search(rl_heard, key, HASH_FIND, NULL);
 	if (sscanf(text, "%80s %lld %lld", owner, &counter, &elapsed_us) == 3)
-		rl_handoff_remote_heard(node, key, owner, counter, elapsed_us);
+		rl_handoff_remote_heard(node, key, owner, counter, elapsed_us,
+								freed ? freed->nodes : 0,
+								freed ? freed->since_us : 0);
 }
 
 static void
