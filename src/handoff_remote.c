@@ -109,7 +109,6 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 			ho->proposal = s->remote_proposal;
 			ho->start_us = INT64_MAX;
 			ho->nnodes = nnodes;
-			ho->remote = true;
 			for (int n = 0; n < nnodes; n++)
 				ho->votes[n] = RL_VOTE_PENDING;
 			/* left free, after our attempt had left the offer: not ours */

@@ -439,10 +439,16 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	bool		unset[RL_MAX_NODES] = {0};
 	bool		announce = handed || req->decision == RL_WON;
 
-	/* where the round was refused or not sent, nothing of ours is set */
+	/*
+	 * Where the round was refused or not sent, nothing of ours is set.  But
+	 * a value handed over was an offer, which may still wait on a node that
+	 * said no (a local holder's round leaves it where it fails; a remote
+	 * one's no may be older than the offer): it is withdrawn everywhere, or
+	 * a later release there would hand it a lock nobody releases.
+	 */
 	for (int i = 0; i < req->nnodes; i++)
-		unset[i] = req->results[i].vote == RL_VOTE_NO ||
-			req->results[i].in_backoff;
+		unset[i] = !handed && (req->results[i].vote == RL_VOTE_NO ||
+							   req->results[i].in_backoff);
 
 	if (req->decision != RL_WON)
 	{

@@ -69,8 +69,6 @@ typedef struct RlHandoff
 	RlVote		votes[RL_MAX_NODES];
 	int64_t		counters[RL_MAX_NODES];
 	uint32		not_asked;		/* bit i: node i was in backoff, not asked */
-	bool		remote;			/* a holder on another server: a node's no
-								 * may be out of date (handoff_remote.c) */
 } RlHandoff;
 
 /* One lease to extend: its Redis key, random owner value and new TTL. */

@@ -110,8 +110,7 @@ rl_proto_take_handoff(const char *resource, const char *key, int keylen,
 	{
 		RlVote		v = ho->votes[i];
 
-		/* withdrawn there too if the round fails: see RlHandoff.remote */
-		req->results[i].vote = (ho->remote && v == RL_VOTE_NO) ? RL_VOTE_FAILED : v;
+		req->results[i].vote = v;
 		req->results[i].counter = ho->counters[i];
 		req->results[i].in_backoff = (ho->not_asked & ((uint32) 1 << i)) != 0;
 		snprintf(req->results[i].detail, sizeof(req->results[i].detail), "%s",
