@@ -51,7 +51,7 @@ bench_pg_option() {
 # dependencies, copies the installation under PRIVATE-DIR when given, and
 # exports PG_CONFIG and PATH (its bindir first).
 bench_pg() {
-	local pg_config=$1 private=$2 src_bindir d bindir
+	local pg_config=$1 private=$2 bindir
 	if [ -z "$pg_config" ]; then
 		bash "$BENCH_TOP/test/install-deps.sh" >&2
 		pg_config=/usr/lib/postgresql/15/bin/pg_config
@@ -62,21 +62,7 @@ bench_pg() {
 	pg_config=$(cd "$(dirname "$pg_config")" && pwd)/$(basename "$pg_config")
 
 	if [ -n "$private" ]; then
-		# a relocated copy: bindir's parent (bin, lib), sharedir, include dirs
-		mkdir -p "$private"
-		private=$(cd "$private" && pwd)
-		src_bindir=$("$pg_config" --bindir)
-		for d in "$(dirname "$src_bindir")" "$("$pg_config" --sharedir)" \
-			"$("$pg_config" --pkgincludedir)" "$("$pg_config" --includedir-server)" \
-			"$("$pg_config" --pkglibdir)"; do
-			[ -d "$d" ] || continue
-			[ -d "$private$d" ] && continue
-			mkdir -p "$private$(dirname "$d")"
-			cp -a "$d" "$private$(dirname "$d")/"
-		done
-		pg_config=$private$src_bindir/$(basename "$pg_config")
-		[ "$("$pg_config" --bindir)" = "$private$src_bindir" ] ||
-			{ echo "$BENCH_NAME: the copy of pg_config does not relocate ($("$pg_config" --bindir))" >&2; exit 1; }
+		pg_config=$(bash "$BENCH_TOP/test/pg-copy.sh" "$pg_config" "$private")
 	fi
 	export PG_CONFIG=$pg_config
 	bindir=$("$PG_CONFIG" --bindir)
