@@ -8,7 +8,7 @@
 #   bench_build                        make clean, make, make install there
 #   bench_workdir NAME                 BENCH_WORK=/tmp/redlock-NAME.XXXXXX, and
 #                                      an EXIT trap stopping what is under it
-#   nodes=$(bench_nodes redis 5)       5 Redis nodes on free loopback ports
+#   nodes=$(bench_nodes redis 5 [args]) 5 Redis nodes on free loopback ports
 #   bench_cluster pg name=value ...    a cluster on a unix socket only
 #   bench_use pg                       PGHOST, PGPORT... of that cluster
 #
@@ -123,11 +123,14 @@ bench_cleanup() {
 	[ -z "${BENCH_WORK:-}" ] || rm -rf "$BENCH_WORK"
 }
 
-# bench_nodes NAME COUNT: COUNT Redis nodes on free loopback ports, each
-# checked to be the process we started (test/redis-nodes.sh), under
-# BENCH_WORK/NAME; prints "127.0.0.1:P1,127.0.0.1:P2,..."
+# bench_nodes NAME COUNT [redis-server args...]: COUNT Redis nodes on free
+# loopback ports, each checked to be the process we started
+# (test/redis-nodes.sh), under BENCH_WORK/NAME, with these extra settings
+# (e.g. --appendonly yes); prints "127.0.0.1:P1,127.0.0.1:P2,..."
 bench_nodes() {
-	bash "$BENCH_TOP/test/redis-nodes.sh" start "$BENCH_WORK/$1" "$2"
+	local name=$1 count=$2
+	shift 2
+	bash "$BENCH_TOP/test/redis-nodes.sh" start "$BENCH_WORK/$name" "$count" "$@"
 }
 
 # bench_node_pid NAME PORT: the pid of a node started by bench_nodes NAME

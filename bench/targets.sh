@@ -1,0 +1,519 @@
+#!/usr/bin/env bash
+# The four performance targets of issue 18, measured side by side in one
+# command:
+#
+#   bash bench/targets.sh [--quick] [--reps N] [--cycles N] [--seconds N]
+#                         [--no-report] [--pg-config PATH] [--private-copy DIR]
+#
+#   (no option)   full run: 5 interleaved repeats of 5,000 timed cycles and
+#                 10 s throughput runs (about 8 minutes on 2 cores); writes
+#                 bench/TARGETS.md
+#   --quick       smoke run (3 repeats of 500 cycles and 2 s runs, about 2
+#                 minutes); its report, marked as a smoke run, goes to
+#                 bench/out-targets/TARGETS.md only
+#   --reps, --cycles, --seconds   override the repeats (at least 3), the
+#                 timed cycles of the latency runs and the length of the
+#                 throughput runs
+#   --no-report   leave bench/TARGETS.md alone (the report still goes to
+#                 bench/out-targets/TARGETS.md)
+#   --pg-config, --private-copy   which PostgreSQL installation to build,
+#                 install and run in, or a private copy of it (bench/lib.sh)
+#
+# The targets (ratios between medians of this run):
+#   1. redlock_try_lock p50 / the majority-round floor of the acquire
+#      script, <= 1.25
+#   2. redlock_unlock p50 / the same floor (the acquire script's), <= 1.1
+#   3. lock+unlock cycle p50 / node-redlock 4.2's, <= 0.7
+#   4. 16 sessions, each on its own resource, lock+unlock cycles/s /
+#      node-redlock with 16 async workers, >= 1.0
+#
+# Set-up: 5 redis-server nodes on free loopback ports with AOF (appendfsync
+# everysec), a throwaway cluster on a unix socket with redlock in
+# shared_preload_libraries (the lock table), fsync on, jit off,
+# redlock.node_timeout 500 ms (as bench/contention.sh: a node kept off the
+# CPU of a shared machine for 50 ms must not abort a run); everything is
+# stopped at the end.
+#
+#   floor     bench/floor.c, built here with cc and hiredis: a bare C client
+#             that sends the commands the extension sends, captured with
+#             MONITOR from one lock/unlock of the extension built here (so
+#             the script text and arguments are today's src/, never a
+#             copy), to all 5 nodes at once and times the third reply; then
+#             the release commands the same way; CYCLES rounds.
+#   redlock   one session: CYCLES redlock_try_lock(r, 30000) +
+#             redlock_unlock(r) on one resource, each call timed in the
+#             server with clock_timestamp() (PL/pgSQL, as bench/run.sh);
+#             16 sessions: pgbench -M prepared -c 16 -j 2, one statement per
+#             cycle, SELECT bench_cycle(r) with r = a resource of its own
+#             per client (:client_id), for SECONDS.
+#   node      bench/node/bench.js: redlock@4.2.0 and ioredis 4.28.5 from
+#             bench/node/package-lock.json (npm ci), retryCount 0, the same
+#             5 nodes and TTL; one client (lock + unlock, timed in the
+#             client), and 16 async workers sharing one Redlock, each on its
+#             own resource, for SECONDS.
+# Informative, no target: the release script's own floor, and one session's
+# cycles/s through pgbench -c 1 against node-redlock with 1 worker.
+#
+# Every repeat runs all of them, in an order rotated from repeat to repeat.
+# The machine's load is recorded: busy share of all CPUs over 3 s before
+# and after (none of our load), /proc/loadavg, and during each measurement
+# the CPU used by other processes than ours (the machine's busy jiffies
+# less those of our redis-servers, our cluster's processes and the
+# client).  Raw data: bench/out-targets/.
+set -euo pipefail
+
+usage() {
+	echo "usage: bash bench/targets.sh [--quick] [--reps N] [--cycles N] [--seconds N] [--no-report] $BENCH_PG_OPTIONS" >&2
+	exit 2
+}
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+. "$ROOT/bench/lib.sh"
+OUT=$ROOT/bench/out-targets
+CMD="bash bench/targets.sh${*:+ $*}"
+QUICK=0
+REPORT=1
+REPS='' CYCLES='' SECS=''
+while [ $# -gt 0 ]; do
+	if bench_pg_option "$@"; then shift "$BENCH_SHIFT"; continue; fi
+	case "$1" in
+	--quick) QUICK=1; shift ;;
+	--no-report) REPORT=0; shift ;;
+	--reps) [ $# -ge 2 ] || usage; REPS=$2; shift 2 ;;
+	--cycles) [ $# -ge 2 ] || usage; CYCLES=$2; shift 2 ;;
+	--seconds) [ $# -ge 2 ] || usage; SECS=$2; shift 2 ;;
+	*) usage ;;
+	esac
+done
+if [ "$QUICK" = 1 ]; then
+	: "${REPS:=3}" "${CYCLES:=500}" "${SECS:=2}"
+	REPORT=0
+else
+	: "${REPS:=5}" "${CYCLES:=5000}" "${SECS:=10}"
+fi
+[[ $REPS =~ ^[0-9]+$ && $CYCLES =~ ^[0-9]+$ && $SECS =~ ^[0-9]+$ ]] || usage
+[ "$REPS" -ge 3 ] || { echo "targets: --reps must be at least 3" >&2; exit 2; }
+[ "$CYCLES" -ge 100 ] && [ "$SECS" -ge 1 ] || usage
+WARM=$((CYCLES / 10))
+WORKERS=16
+TTL=30000
+START_TS=$(date +%s)
+DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+
+bench_pg "$bench_pg_config" "$bench_private"
+bench_need gawk redis-tools
+if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
+	bench_need nodejs npm
+fi
+bench_build
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+echo "== floor client (bench/floor.c) and node-redlock (npm ci in bench/node)" >&2
+cc -O2 -Wall -o "$OUT/floor" bench/floor.c -lhiredis
+(cd bench/node && npm ci --no-audit --no-fund --loglevel=error > "$OUT/npm.log" 2>&1) ||
+	{ cat "$OUT/npm.log" >&2; exit 1; }
+
+bench_workdir targets
+echo "== 5 redis nodes (AOF everysec) on free loopback ports, a throwaway cluster" >&2
+NODES=$(bench_nodes redis 5 --appendonly yes --appendfsync everysec)
+PORTS=$(echo "$NODES" | tr ',' '\n' | sed 's/.*://')
+P1=${PORTS%%$'\n'*}
+bench_cluster pg shared_preload_libraries=redlock fsync=on jit=off max_connections=100 \
+	"redlock.nodes=$NODES" redlock.node_timeout=500ms
+bench_use pg
+export PGOPTIONS="-c jit=off"
+PG_PM_PID=$(head -1 "$BENCH_WORK/pg/data/postmaster.pid")
+
+q() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
+log() { echo "-- $*" >&2; }
+KV=$OUT/kv
+: > "$KV"
+kv() { echo "$1=$2" >> "$KV"; }
+get() { awk -F= -v k="$1" '$1 == k { v = $2 } END { print v }' "$KV"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+# from a "key=value" output file
+val() { awk -F= -v k="$2" '$1 == k { print $2 }' "$1"; }
+
+q <<SQL
+CREATE EXTENSION redlock;
+CREATE TABLE samples (rep int, i int, op text, us float8);
+
+-- One session: n timed try_lock/unlock cycles on one resource after warm
+-- untimed ones, each call timed in the server (as bench/run.sh does).
+CREATE FUNCTION bench_loop(rep int, n int, warm int) RETURNS void LANGUAGE plpgsql AS \$\$
+DECLARE
+	acq float8[] := array_fill(0::float8, ARRAY[n]);
+	rel float8[] := array_fill(0::float8, ARRAY[n]);
+	t0 timestamptz; t1 timestamptz; t2 timestamptz;
+	r text := 'single:' || rep;
+	tok bigint; ok bool;
+BEGIN
+	FOR i IN 1 - warm .. n LOOP
+		t0 := clock_timestamp();
+		tok := redlock_try_lock(r, $TTL);
+		t1 := clock_timestamp();
+		ok := redlock_unlock(r);
+		t2 := clock_timestamp();
+		IF tok IS NULL OR NOT ok THEN
+			RAISE EXCEPTION 'cycle % not granted', i;
+		END IF;
+		IF i >= 1 THEN
+			acq[i] := extract(epoch FROM t1 - t0) * 1e6;
+			rel[i] := extract(epoch FROM t2 - t1) * 1e6;
+		END IF;
+	END LOOP;
+	INSERT INTO samples SELECT rep, g, 'acquire', acq[g] FROM generate_series(1, n) g;
+	INSERT INTO samples SELECT rep, g, 'release', rel[g] FROM generate_series(1, n) g;
+END
+\$\$;
+
+-- One pgbench cycle on a resource nobody else uses: a refusal is an error
+-- (the client aborts and the run is reported as failed).
+CREATE FUNCTION bench_cycle(r text) RETURNS void LANGUAGE plpgsql AS \$\$
+BEGIN
+	IF redlock_try_lock(r, $TTL) IS NULL THEN
+		RAISE EXCEPTION 'lock on % refused', r;
+	END IF;
+	IF NOT redlock_unlock(r) THEN
+		RAISE EXCEPTION 'unlock of % found no lease', r;
+	END IF;
+END
+\$\$;
+SQL
+
+# ---------------------------------------------------------------- the floor's commands
+# One lock/unlock of the extension, with MONITOR on the first node: the
+# commands its backend sent between the markers are what the floor sends.
+log "capturing the extension's commands (MONITOR on 127.0.0.1:$P1)"
+redis-cli -p "$P1" MONITOR > "$OUT/monitor.txt" &
+MON_PID=$!
+sleep 0.5
+TOKEN=$(q <<SQL
+SELECT redlock_try_lock('capture:warm', $TTL) IS NULL, redlock_unlock('capture:warm') \g /dev/null
+\! bash -c 'sleep 0.3; redis-cli -p $P1 ECHO redlock-bench-mark-acquire > /dev/null'
+SELECT redlock_try_lock('capture', $TTL) AS token \gset
+\! bash -c 'sleep 0.3; redis-cli -p $P1 ECHO redlock-bench-mark-release > /dev/null'
+SELECT redlock_unlock('capture') \g /dev/null
+\! bash -c 'sleep 0.3; redis-cli -p $P1 ECHO redlock-bench-mark-end > /dev/null'
+SELECT :'token';
+SQL
+)
+sleep 0.3
+kill "$MON_PID" 2>/dev/null || true
+wait "$MON_PID" 2>/dev/null || true
+# MONITOR lines: 'TIME [DB ADDR] "ARG" "ARG" ...'; commands run by a script
+# say [DB lua].  The backend is the client of the first command after the
+# acquire marker; its commands between the markers make the two phases.
+awk '
+	/"ECHO" "redlock-bench-mark-acquire"/ { phase = "acquire"; next }
+	/"ECHO" "redlock-bench-mark-release"/ { phase = "release"; next }
+	/"ECHO" "redlock-bench-mark-end"/ { phase = ""; next }
+	phase == "" || / lua\] / { next }
+	{
+		match($0, /^[0-9.]+ \[[0-9]+ [^]]*\] /)
+		if (RSTART != 1) next
+		who = substr($0, 1, RLENGTH); sub(/^[0-9.]+ \[[0-9]+ /, "", who); sub(/\] $/, "", who)
+		if (backend == "") backend = who
+		if (who == backend) print phase, substr($0, RLENGTH + 1)
+	}' "$OUT/monitor.txt" > "$OUT/floor_cmds.txt"
+grep -q '^acquire ' "$OUT/floor_cmds.txt" && grep -q '^release ' "$OUT/floor_cmds.txt" ||
+	{ echo "targets: could not capture the extension's commands (see $OUT/monitor.txt)" >&2; exit 1; }
+[[ $TOKEN =~ ^[0-9]+$ ]] || { echo "targets: the captured lock returned no token ($TOKEN)" >&2; exit 1; }
+grep '^acquire ' "$OUT/floor_cmds.txt" | grep -qF "\"$TOKEN\"" ||
+	{ echo "targets: the captured acquire does not carry its token $TOKEN as an argument" >&2; exit 1; }
+# the phases, summed up for the report: each command's name, the SHA1 of
+# its script (EVAL) and its number of arguments
+describe_cmds() {
+	local phase=$1 i=0 name n s
+	while name=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 0); do
+		n=1
+		while "$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" "$n" > /dev/null; do n=$((n + 1)); done
+		s=
+		case ${name^^} in
+		EVAL) s=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 1 | sha1sum | cut -d' ' -f1) ;;
+		EVALSHA) s=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 1) ;;
+		esac
+		[ -z "$s" ] || s=" $(awk -v h="${s,,}" '$1 == h { print $2 }' "$OUT/src_scripts.txt") (SHA1 ${s:0:12})"
+		echo "${name^^}$s, $n arguments"
+		i=$((i + 1))
+	done | paste -sd';' | sed 's/;/; /g'
+}
+# The check that the floor runs today's scripts: every script the backend
+# sent (EVAL's text, or EVALSHA's hash) must be one of the scripts in
+# src/*.c (each "static const char NAME_SCRIPT[] = ...;" literal compiled
+# and hashed here), which names it in the report.
+src_scripts() {	# "SHA1 NAME" of every script literal in src/*.c
+	local f name
+	for f in src/*.c; do
+		for name in $(sed -n 's/^static const char \([A-Z_]*SCRIPT\)\[\] =.*/\1/p' "$f"); do
+			{
+				echo '#include <stdio.h>'
+				echo 'static const char s[] ='
+				sed -n "/^static const char $name\[\] =/,/;/{/^static const char/d;p}" "$f"
+				echo 'int main(void) { fwrite(s, 1, sizeof(s) - 1, stdout); return 0; }'
+			} > "$OUT/script.c"
+			cc -o "$OUT/script" "$OUT/script.c"
+			echo "$("$OUT/script" | sha1sum | cut -d' ' -f1) $name"
+		done
+	done
+}
+src_scripts > "$OUT/src_scripts.txt"
+for phase in acquire release; do
+	i=0
+	while name=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 0); do
+		case ${name^^} in
+		EVAL) sha=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 1 | sha1sum | cut -d' ' -f1) ;;
+		EVALSHA) sha=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 1) ;;
+		*) sha= ;;
+		esac
+		if [ -n "$sha" ]; then
+			grep -q "^${sha,,} " "$OUT/src_scripts.txt" || {
+				echo "targets: the $phase script the extension sent (SHA1 $sha) is none of the scripts in src/*.c" >&2
+				exit 1
+			}
+		fi
+		i=$((i + 1))
+	done
+done
+ACQ_CMDS=$(describe_cmds acquire)
+REL_CMDS=$(describe_cmds release)
+log "acquire: $ACQ_CMDS"
+log "release: $REL_CMDS"
+
+# ---------------------------------------------------------------- load
+HZ=$(getconf CLK_TCK)
+# CPU jiffies of our processes: the redis-servers, the cluster (postmaster,
+# its children, and the children it has reaped)
+our_cpu() {
+	local t=0 p c
+	for p in $PORTS; do
+		t=$((t + $(awk '{ print $14 + $15 }' "/proc/$(bench_node_pid redis "$p")/stat")))
+	done
+	t=$((t + $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$PG_PM_PID/stat")))
+	for c in $(pgrep -P "$PG_PM_PID"); do
+		t=$((t + $(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$t"
+}
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+kv idle_busy_before "$(bench_idle_busy)"
+kv loadavg_before "$(loadavg)"
+
+# measure NAME REP COMMAND...: runs COMMAND (stdout to OUT/NAME_REP.out),
+# recording the machine's busy share and the other processes' share of all
+# CPUs while it ran
+TIMEFORMAT='%3U %3S'
+measure() {
+	local name=$1 rep=$2 b0 t0 b1 t1 o0 o1 cu cs rc=0
+	shift 2
+	read -r b0 t0 < <(bench_cpu_now)
+	o0=$(our_cpu)
+	{ time "$@" > "$OUT/${name}_$rep.out" 2> "$OUT/${name}_$rep.err" || rc=$?; } 2> "$OUT/${name}_$rep.time"
+	read -r b1 t1 < <(bench_cpu_now)
+	o1=$(our_cpu)
+	read -r cu cs < "$OUT/${name}_$rep.time"
+	kv "${name}_busy_$rep" "$(bench_busy "$b0" "$t0" "$b1" "$t1")"
+	kv "${name}_others_$rep" "$(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) -v o=$((o1 - o0)) \
+		-v c="$(awk -v u="$cu" -v s="$cs" 'BEGIN { print u + s }')" -v hz="$HZ" \
+		'BEGIN { x = t > 0 ? 100 * (b - o - c * hz) / t : 0; printf "%.0f", x < 0 ? 0 : x }')"
+	if [ "$rc" != 0 ]; then
+		echo "targets: $name (repeat $rep) failed:" >&2
+		tail -5 "$OUT/${name}_$rep.err" >&2
+		exit 1
+	fi
+}
+
+# ---------------------------------------------------------------- the runs
+run_floor() {	# the floor client over CYCLES rounds
+	"$OUT/floor" "$NODES" "$OUT/floor_cmds.txt" "$CYCLES" "$WARM" "$TOKEN"
+}
+run_rl1() {	# one session, timed in the server
+	q -c "SELECT bench_loop($1, $CYCLES, $WARM)"
+	q -F ' ' <<-SQL
+	SELECT op || '_p' || p || '=' || round(percentile_disc(p / 100.0) WITHIN GROUP (ORDER BY us)::numeric, 1)
+	FROM (SELECT rep, op, us FROM samples
+	      UNION ALL
+	      SELECT a.rep, 'cycle', a.us + r.us FROM samples a JOIN samples r USING (rep, i)
+	      WHERE a.op = 'acquire' AND r.op = 'release') s,
+	     (VALUES (50), (90), (99)) v(p)
+	WHERE rep = $1 GROUP BY op, p ORDER BY op, p;
+	SQL
+}
+run_pgb() {	# pgbench CLIENTS REP: each client on its own resource
+	pgbench -n -M prepared -c "$1" -j $(($1 < 2 ? 1 : 2)) -T "$SECS" -D "run=$2" -f "$OUT/cycle.sql"
+}
+run_node1() { node bench/node/bench.js single "$NODES" "node1:$1" "$CYCLES" "$WARM"; }
+run_nodew() { node bench/node/bench.js workers "$NODES" "node$2:$1" "$2" "$SECS"; }
+echo "SELECT bench_cycle('pgb:' || :run || ':' || :client_id);" > "$OUT/cycle.sql"
+
+pgb_check() {	# NAME REP: the tps of a pgbench run; fails on failed clients
+	local f="$OUT/$1_$2.out"
+	if grep -q 'aborted in command\|number of failed transactions: [1-9]' "$f" "$OUT/$1_$2.err"; then
+		echo "targets: $1 (repeat $2): pgbench clients failed (see $f)" >&2
+		exit 1
+	fi
+	sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$f" | head -1
+}
+
+ITEMS=(floor rl1 node1 rl16 node16 pgb1 nodew1)
+for ((r = 1; r <= REPS; r++)); do
+	kv "loadavg_$r" "$(loadavg)"
+	for ((k = 0; k < ${#ITEMS[@]}; k++)); do
+		item=${ITEMS[$(((k + r - 1) % ${#ITEMS[@]}))]}
+		case $item in
+		floor)
+			log "repeat $r/$REPS: floor, $CYCLES rounds"
+			measure floor "$r" run_floor ;;
+		rl1)
+			log "repeat $r/$REPS: redlock, one session, $CYCLES cycles"
+			measure rl1 "$r" run_rl1 "$r" ;;
+		node1)
+			log "repeat $r/$REPS: node-redlock, one client, $CYCLES cycles"
+			measure node1 "$r" run_node1 "$r" ;;
+		rl16)
+			log "repeat $r/$REPS: redlock, $WORKERS sessions, ${SECS}s"
+			measure rl16 "$r" run_pgb "$WORKERS" "$r"
+			kv "rl16_tps_$r" "$(pgb_check rl16 "$r")" ;;
+		node16)
+			log "repeat $r/$REPS: node-redlock, $WORKERS workers, ${SECS}s"
+			measure node16 "$r" run_nodew "$r" "$WORKERS"
+			[ "$(val "$OUT/node16_$r.out" errors)" = 0 ] ||
+				{ echo "targets: node-redlock workers had errors (see $OUT/node16_$r.out)" >&2; exit 1; } ;;
+		pgb1)
+			log "repeat $r/$REPS: redlock, one session through pgbench, ${SECS}s"
+			measure pgb1 "$r" run_pgb 1 "$r"
+			kv "pgb1_tps_$r" "$(pgb_check pgb1 "$r")" ;;
+		nodew1)
+			log "repeat $r/$REPS: node-redlock, one worker, ${SECS}s"
+			measure nodew1 "$r" run_nodew "$r" 1 ;;
+		esac
+	done
+done
+kv idle_busy_after "$(bench_idle_busy)"
+kv loadavg_after "$(loadavg)"
+
+# ---------------------------------------------------------------- report
+# of REP-FILE-NAME KEY: per-repeat values "a/b/c" and their median
+reps_of() {	# reps_of NAME KEY: the values of each repeat, "a/b/c"
+	local s="" r v
+	for ((r = 1; r <= REPS; r++)); do
+		if [ "$2" = kv ]; then v=$(get "${1}_$r"); else v=$(val "$OUT/${1}_$r.out" "$2"); fi
+		s+="${s:+/}$v"
+	done
+	echo "$s"
+}
+# shellcheck disable=SC2046
+med() { median $(reps_of "$1" "$2" | tr '/' ' '); }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "nan"; else printf "%.2f", a / b }'; }
+# per-repeat ratios of two measurements: reps_ratio NAME1 KEY1 NAME2 KEY2
+reps_ratio() {
+	paste -d' ' <(reps_of "$1" "$2" | tr '/' '\n') <(reps_of "$3" "$4" | tr '/' '\n') |
+		awk '{ printf "%s%.2f", (NR > 1 ? "/" : ""), ($2 + 0 == 0) ? 0 : $1 / $2 }'
+}
+verdict() {	# verdict RATIO <= | >= LIMIT
+	awk -v x="$1" -v op="$2" -v l="$3" 'BEGIN { ok = (op == "<=") ? x + 0 <= l + 0 : x + 0 >= l + 0; print ok ? "**met**" : "**missed**" }'
+}
+fmt0() { printf '%.0f' "$1"; }
+
+others_max=0
+others_all=()
+for item in "${ITEMS[@]}"; do
+	for ((r = 1; r <= REPS; r++)); do
+		v=$(get "${item}_others_$r"); others_all+=("$v")
+		[ "$v" -gt "$others_max" ] && others_max=$v
+	done
+done
+others_med=$(median "${others_all[@]}")
+QUIET=1
+{ [ "$(get idle_busy_before)" -le 10 ] && [ "$(get idle_busy_after)" -le 10 ] && [ "$others_max" -le 10 ]; } || QUIET=0
+
+fl_acq=$(med floor acquire_p50); fl_rel=$(med floor release_p50)
+rl_acq=$(med rl1 acquire_p50); rl_rel=$(med rl1 release_p50); rl_cyc=$(med rl1 cycle_p50)
+nd_cyc=$(med node1 cycle_p50)
+rl16=$(med rl16_tps kv); nd16=$(med node16 cycles_per_s)
+r1=$(ratio "$rl_acq" "$fl_acq"); r2=$(ratio "$rl_rel" "$fl_acq"); r3=$(ratio "$rl_cyc" "$nd_cyc"); r4=$(ratio "$rl16" "$nd16")
+
+REPORT_FILE=$OUT/TARGETS.md
+{
+	echo "# redlock against its floor and node-redlock (issue 18's targets)"
+	echo
+	if [ "$QUICK" = 1 ] || [ "$QUIET" = 0 ]; then
+		echo "**Not a result:** $([ "$QUICK" = 1 ] && echo "a smoke run (--quick)")$([ "$QUICK" = 1 ] && [ "$QUIET" = 0 ] && echo "; ")$([ "$QUIET" = 0 ] && echo "the machine was busy with other load (more than 10% of the CPUs before, after or during a measurement: see below)")."
+		echo
+	fi
+	echo "| | |"
+	echo "|---|---|"
+	echo "| command | \`$CMD\` |"
+	echo "| date | $DATE |"
+	echo "| machine | $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME") |"
+	echo "| software | $(q -c 'SELECT version()' | cut -d, -f1), redlock $(q -c "SELECT extversion FROM pg_extension WHERE extname = 'redlock'") (commit $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src sql 2>/dev/null || echo ", src/ or sql/ modified")), $(redis-server --version | awk '{print $1, $2, $3}'), hiredis $(dpkg-query -W -f='${Version}' libhiredis-dev 2>/dev/null), node $(node --version), redlock $(node -p "require('./bench/node/node_modules/redlock/package.json').version") with ioredis $(node -p "require('./bench/node/node_modules/ioredis/package.json').version") |"
+	echo "| setup | 5 redis-server nodes on free loopback ports, AOF with appendfsync everysec; one cluster on a unix socket, redlock in shared_preload_libraries, fsync=on, jit=off, redlock.node_timeout=500ms; lock TTL $TTL ms everywhere |"
+	echo "| load | before the run $(get idle_busy_before)% of all CPUs busy over 3 s (load average $(get loadavg_before)), after it $(get idle_busy_after)% ($(get loadavg_after)); other processes than this benchmark's used $others_med% of all CPUs during a measurement (median), at most $others_max% |"
+	echo "| repeats | $REPS, interleaved (the order of the measurements rotated from repeat to repeat); every figure is the median of the repeats' figures, per repeat after it; ratios are between medians |"
+	echo
+	echo "## Targets"
+	echo
+	echo "| | redlock | against | ratio | per repeat | target | verdict |"
+	echo "|---|---:|---:|---:|---|---:|---|"
+	echo "| 1. acquire p50 / majority-round floor of the acquire script | $rl_acq us | $fl_acq us | $r1 | $(reps_ratio rl1 acquire_p50 floor acquire_p50) | <= 1.25 | $(verdict "$r1" "<=" 1.25) |"
+	echo "| 2. release p50 / the same floor | $rl_rel us | $fl_acq us | $r2 | $(reps_ratio rl1 release_p50 floor acquire_p50) | <= 1.1 | $(verdict "$r2" "<=" 1.1) |"
+	echo "| 3. lock+unlock cycle p50 / node-redlock 4.2's | $rl_cyc us | $nd_cyc us | $r3 | $(reps_ratio rl1 cycle_p50 node1 cycle_p50) | <= 0.7 | $(verdict "$r3" "<=" 0.7) |"
+	echo "| 4. $WORKERS sessions, own resource each, cycles/s / node-redlock with $WORKERS async workers | $(fmt0 "$rl16") | $(fmt0 "$nd16") | $r4 | $(reps_ratio rl16_tps kv node16 cycles_per_s) | >= 1.0 | $(verdict "$r4" ">=" 1.0) |"
+	echo
+	echo "## Every measurement"
+	echo
+	echo "Latencies in microseconds; \"busy\" is the machine's busy share of all $(nproc) CPUs during the measurement, \"others\" the share used by processes other than this benchmark's (medians over the repeats)."
+	echo
+	echo "| what | p50 | p90 | p99 | p50 per repeat | busy % | others % |"
+	echo "|---|---:|---:|---:|---|---:|---:|"
+	row() {	# row LABEL NAME KEY-PREFIX
+		echo "| $1 | $(med "$2" "${3}_p50") | $(med "$2" "${3}_p90") | $(med "$2" "${3}_p99") | $(reps_of "$2" "${3}_p50") | $(med "${2}_busy" kv) | $(med "${2}_others" kv) |"
+	}
+	row "floor: acquire round (majority's replies)" floor acquire
+	row "floor: release round (majority's replies)" floor release
+	row "floor: acquire + release" floor cycle
+	row "floor: acquire round, all 5 replies" floor acquire_all
+	row "floor: release round, all 5 replies" floor release_all
+	row "redlock, one session: redlock_try_lock" rl1 acquire
+	row "redlock, one session: redlock_unlock" rl1 release
+	row "redlock, one session: cycle" rl1 cycle
+	row "node-redlock, one client: lock()" node1 lock
+	row "node-redlock, one client: unlock()" node1 unlock
+	row "node-redlock, one client: cycle" node1 cycle
+	echo
+	echo "| throughput, lock+unlock cycles/s | median | per repeat | busy % | others % |"
+	echo "|---|---:|---|---:|---:|"
+	echo "| redlock, $WORKERS sessions (\`pgbench -n -M prepared -c $WORKERS -j 2 -T $SECS\`) | $(fmt0 "$rl16") | $(reps_of rl16_tps kv | sed 's/\.[0-9]*//g') | $(med rl16_busy kv) | $(med rl16_others kv) |"
+	echo "| node-redlock, $WORKERS async workers | $(fmt0 "$nd16") | $(reps_of node16 cycles_per_s | sed 's/\.[0-9]*//g') | $(med node16_busy kv) | $(med node16_others kv) |"
+	echo "| redlock, one session (\`pgbench -n -M prepared -c 1 -T $SECS\`) | $(fmt0 "$(med pgb1_tps kv)") | $(reps_of pgb1_tps kv | sed 's/\.[0-9]*//g') | $(med pgb1_busy kv) | $(med pgb1_others kv) |"
+	echo "| node-redlock, one worker | $(fmt0 "$(med nodew1 cycles_per_s)") | $(reps_of nodew1 cycles_per_s | sed 's/\.[0-9]*//g') | $(med nodew1_busy kv) | $(med nodew1_others kv) |"
+	echo
+	echo "Informative: redlock_unlock p50 against the release script's own floor: $rl_rel vs $fl_rel us, $(ratio "$rl_rel" "$fl_rel")."
+	echo
+	echo "## How"
+	echo
+	echo "- Floor (\`bench/floor.c\`): the commands the extension built by this run sent to a node for one"
+	echo "  redlock_try_lock and one redlock_unlock, captured with MONITOR (acquire: $ACQ_CMDS;"
+	echo "  release: $REL_CMDS), sent over one connection per node to all 5 nodes at once;"
+	echo "  a round's time runs from just before the first write to the third node's reply, and the"
+	echo "  client waits for all 5 replies before the next round; the fencing proposal of every round"
+	echo "  is made as the extension makes it. $CYCLES rounds after $WARM untimed."
+	echo "- redlock, one session: \`bench_loop\`: $CYCLES cycles of \`redlock_try_lock(r, $TTL)\` and"
+	echo "  \`redlock_unlock(r)\` on one resource after $WARM untimed, each call timed in the server with"
+	echo "  clock_timestamp() (PL/pgSQL); the cycle is the sum of the two calls of one iteration."
+	echo "- redlock, sessions: \`SELECT bench_cycle('pgb:' || :run || ':' || :client_id)\` (PL/pgSQL:"
+	echo "  try_lock, unlock; a refusal fails the run), cycles/s is pgbench's tps without connection time."
+	echo "- node-redlock (\`bench/node/bench.js\`): one \`Redlock\` over one ioredis client per node,"
+	echo "  retryCount 0, \`lock(r, $TTL)\` then \`unlock()\`, timed in the client with process.hrtime;"
+	echo "  node-redlock waits for all 5 replies before it settles a lock or an unlock, and runs"
+	echo "  EVALSHA of its scripts (SET NX PX; GET and DEL), no fencing token. Workers: $WORKERS async"
+	echo "  loops sharing it, each on its own resource, counting the cycles completed in $SECS s."
+	echo
+	echo "Run time of the whole command: $(( $(date +%s) - START_TS )) s. Raw data: \`bench/out-targets/\` (not committed)."
+} > "$REPORT_FILE"
+if [ "$REPORT" = 1 ]; then
+	cp "$REPORT_FILE" "$ROOT/bench/TARGETS.md"
+fi
+cat "$REPORT_FILE"
