@@ -11,6 +11,9 @@
 #   nodes=$(bench_nodes redis 5 [args]) 5 Redis nodes on free loopback ports
 #   bench_cluster pg name=value ...    a cluster on a unix socket only
 #   bench_use pg                       PGHOST, PGPORT... of that cluster
+#   bench_floor_build DIR              DIR/floor, from bench/floor.c
+#   bench_floor_capture DIR PORT TTL   the commands of one lock and unlock
+#                                      of the extension, for DIR/floor
 #
 # Options every bench script takes, parsed by bench_pg_option:
 # --pg-config     the PostgreSQL installation to build against, install into
@@ -166,4 +169,172 @@ bench_idle_busy() {
 	sleep 3
 	read -r b1 t1 < <(bench_cpu_now)
 	bench_busy "$b0" "$t0" "$b1" "$t1"
+}
+
+# ---------------------------------------------------------------- the floor
+# bench/floor.c replays the commands the extension sends for one lock and
+# one unlock (bench/targets.sh, bench/profile.sh).
+
+# bench_floor_build DIR: DIR/floor
+bench_floor_build() {
+	cc -O2 -Wall -o "$1/floor" "$BENCH_TOP/bench/floor.c" -lhiredis
+}
+
+# bench_floor_capture DIR PORT TTL: one redlock_try_lock(r, TTL) and
+# redlock_unlock(r) in the cluster of the environment (bench_use), with
+# MONITOR on the node at PORT: the commands its backend sent go to
+# DIR/floor_cmds.txt (the format bench/floor.c reads), the token it was
+# granted to BENCH_FLOOR_TOKEN.  Checks that every script it sent is one of
+# the scripts in src/*.c (DIR/src_scripts.txt: "SHA1 NAME" of each
+# "static const char NAME_SCRIPT[] = ...;" literal, compiled and hashed
+# here), so that the floor never runs a stale copy.  Needs DIR/floor.
+bench_floor_capture() {
+	local dir=$1 port=$2 ttl=$3 mon phase i name sha
+	redis-cli -p "$port" MONITOR > "$dir/monitor.txt" &
+	mon=$!
+	sleep 0.5
+	# a warm-up cycle (connections, scripts), then the markers around the
+	# captured calls, each sent after the calls before it have returned
+	BENCH_FLOOR_TOKEN=$(psql -X -q -v ON_ERROR_STOP=1 -At <<-SQL
+	SELECT redlock_try_lock('capture:warm', $ttl) IS NULL, redlock_unlock('capture:warm') \g /dev/null
+	\! bash -c 'sleep 0.3; redis-cli -p $port ECHO redlock-bench-mark-acquire > /dev/null'
+	SELECT redlock_try_lock('capture', $ttl) AS token \gset
+	\! bash -c 'sleep 0.3; redis-cli -p $port ECHO redlock-bench-mark-release > /dev/null'
+	SELECT redlock_unlock('capture') \g /dev/null
+	\! bash -c 'sleep 0.3; redis-cli -p $port ECHO redlock-bench-mark-end > /dev/null'
+	SELECT :'token';
+	SQL
+	)
+	sleep 0.3
+	kill "$mon" 2>/dev/null || true
+	wait "$mon" 2>/dev/null || true
+	# MONITOR lines: 'TIME [DB ADDR] "ARG" "ARG" ...'; commands run by a
+	# script say [DB lua].  The backend is the client of the first command
+	# after the acquire marker; its commands between the markers make the
+	# two phases.
+	awk '
+		/"ECHO" "redlock-bench-mark-acquire"/ { phase = "acquire"; next }
+		/"ECHO" "redlock-bench-mark-release"/ { phase = "release"; next }
+		/"ECHO" "redlock-bench-mark-end"/ { phase = ""; next }
+		phase == "" || / lua\] / { next }
+		{
+			match($0, /^[0-9.]+ \[[0-9]+ [^]]*\] /)
+			if (RSTART != 1) next
+			who = substr($0, 1, RLENGTH); sub(/^[0-9.]+ \[[0-9]+ /, "", who); sub(/\] $/, "", who)
+			if (backend == "") backend = who
+			if (who == backend) print phase, substr($0, RLENGTH + 1)
+		}' "$dir/monitor.txt" > "$dir/floor_cmds.txt"
+	if ! grep -q '^acquire ' "$dir/floor_cmds.txt" || ! grep -q '^release ' "$dir/floor_cmds.txt"; then
+		echo "$BENCH_NAME: could not capture the extension's commands (see $dir/monitor.txt)" >&2
+		exit 1
+	fi
+	[[ $BENCH_FLOOR_TOKEN =~ ^[0-9]+$ ]] ||
+		{ echo "$BENCH_NAME: the captured lock returned no token ($BENCH_FLOOR_TOKEN)" >&2; exit 1; }
+	grep '^acquire ' "$dir/floor_cmds.txt" | grep -qF "\"$BENCH_FLOOR_TOKEN\"" ||
+		{ echo "$BENCH_NAME: the captured acquire does not carry its token $BENCH_FLOOR_TOKEN" >&2; exit 1; }
+
+	bench_src_scripts "$dir" > "$dir/src_scripts.txt"
+	for phase in acquire release; do
+		i=0
+		while name=$("$dir/floor" --arg "$dir/floor_cmds.txt" "$phase" "$i" 0); do
+			sha=$(bench_floor_sha "$dir" "$phase" "$i" "$name")
+			if [ -n "$sha" ] && ! grep -q "^$sha " "$dir/src_scripts.txt"; then
+				echo "$BENCH_NAME: the $phase script the extension sent (SHA1 $sha) is none of the scripts in src/*.c" >&2
+				exit 1
+			fi
+			i=$((i + 1))
+		done
+	done
+}
+
+# bench_src_scripts DIR: "SHA1 NAME" of every script literal in src/*.c
+bench_src_scripts() {
+	local f name
+	for f in "$BENCH_TOP"/src/*.c; do
+		for name in $(sed -n 's/^static const char \([A-Z_]*SCRIPT\)\[\] =.*/\1/p' "$f"); do
+			{
+				echo '#include <stdio.h>'
+				echo 'static const char s[] ='
+				sed -n "/^static const char $name\[\] =/,/;/{/^static const char/d;p}" "$f"
+				echo 'int main(void) { fwrite(s, 1, sizeof(s) - 1, stdout); return 0; }'
+			} > "$1/script.c"
+			cc -o "$1/script" "$1/script.c"
+			echo "$("$1/script" | sha1sum | cut -d' ' -f1) $name"
+		done
+	done
+}
+
+# bench_floor_sha DIR PHASE INDEX NAME: the SHA1 of that captured command's
+# script (EVAL: of its text; EVALSHA: its argument), lower case; empty for
+# other commands
+bench_floor_sha() {
+	case ${4^^} in
+	EVAL) "$1/floor" --arg "$1/floor_cmds.txt" "$2" "$3" 1 | sha1sum | cut -d' ' -f1 ;;
+	EVALSHA) "$1/floor" --arg "$1/floor_cmds.txt" "$2" "$3" 1 | tr 'A-F' 'a-f' ;;
+	esac
+}
+
+# bench_floor_describe DIR PHASE: the captured commands of PHASE, for a
+# report: "EVAL RELEASE_SCRIPT (SHA1 4a5ea7514ef7), 6 arguments; ..."
+bench_floor_describe() {
+	local dir=$1 phase=$2 i=0 name n s
+	while name=$("$dir/floor" --arg "$dir/floor_cmds.txt" "$phase" "$i" 0); do
+		n=1
+		while "$dir/floor" --arg "$dir/floor_cmds.txt" "$phase" "$i" "$n" > /dev/null; do n=$((n + 1)); done
+		s=$(bench_floor_sha "$dir" "$phase" "$i" "$name")
+		[ -z "$s" ] || s=" $(awk -v h="$s" '$1 == h { print $2 }' "$dir/src_scripts.txt") (SHA1 ${s:0:12})"
+		echo "${name^^}$s, $n arguments"
+		i=$((i + 1))
+	done | paste -sd';' | sed 's/;/; /g'
+}
+
+# bench_loop_sql TTL: the SQL of bench_loop(rep, n, warm) and its table
+# samples (rep, i, op, us): one session, n timed
+# redlock_try_lock(r, TTL) / redlock_unlock(r) cycles on one resource
+# ('single:' || rep) after warm untimed ones, each call timed in the server
+# with clock_timestamp() (as bench/run.sh does)
+bench_loop_sql() {
+	cat <<-SQL
+	CREATE TABLE samples (rep int, i int, op text, us float8);
+	CREATE FUNCTION bench_loop(rep int, n int, warm int) RETURNS void LANGUAGE plpgsql AS \$\$
+	DECLARE
+		acq float8[] := array_fill(0::float8, ARRAY[n]);
+		rel float8[] := array_fill(0::float8, ARRAY[n]);
+		t0 timestamptz; t1 timestamptz; t2 timestamptz;
+		r text := 'single:' || rep;
+		tok bigint; ok bool;
+	BEGIN
+		FOR i IN 1 - warm .. n LOOP
+			t0 := clock_timestamp();
+			tok := redlock_try_lock(r, $1);
+			t1 := clock_timestamp();
+			ok := redlock_unlock(r);
+			t2 := clock_timestamp();
+			IF tok IS NULL OR NOT ok THEN
+				RAISE EXCEPTION 'cycle % not granted', i;
+			END IF;
+			IF i >= 1 THEN
+				acq[i] := extract(epoch FROM t1 - t0) * 1e6;
+				rel[i] := extract(epoch FROM t2 - t1) * 1e6;
+			END IF;
+		END LOOP;
+		INSERT INTO samples SELECT rep, g, 'acquire', acq[g] FROM generate_series(1, n) g;
+		INSERT INTO samples SELECT rep, g, 'release', rel[g] FROM generate_series(1, n) g;
+	END
+	\$\$;
+	SQL
+}
+
+# bench_loop_pct REP: "acquire_p50=..." ... "release_p99=..." and the same
+# for the cycle (the two calls of one iteration), from samples
+bench_loop_pct() {
+	psql -X -q -v ON_ERROR_STOP=1 -At <<-SQL
+	SELECT op || '_p' || p || '=' || round(percentile_disc(p / 100.0) WITHIN GROUP (ORDER BY us)::numeric, 1)
+	FROM (SELECT rep, op, us FROM samples
+	      UNION ALL
+	      SELECT a.rep, 'cycle', a.us + r.us FROM samples a JOIN samples r USING (rep, i)
+	      WHERE a.op = 'acquire' AND r.op = 'release') s,
+	     (VALUES (50), (90), (99)) v(p)
+	WHERE rep = $1 GROUP BY op, p ORDER BY op, p;
+	SQL
 }

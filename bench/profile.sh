@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
-# Profiles behind bench/RESULTS.md's misses (not part of the timed run):
-#   bash bench/profile.sh [--pg-config PATH] [--private-copy DIR]
+# Where the time of an uncontended lock/unlock cycle goes (bench/PROFILE.md;
+# not part of the timed runs):
+#   bash bench/profile.sh [--reps N] [--cycles N] [--pg-config PATH] [--private-copy DIR]
 #       -> bench/out/profile/*.txt, summary on stdout
 # Needs linux-perf and strace (installed here if missing).  Builds and
 # installs the extension into the PostgreSQL installation of --pg-config,
 # or into a private copy of it (--private-copy DIR, see bench/lib.sh), and
-# starts its own 5 redis nodes on free loopback ports (test/redis-nodes.sh)
-# and a throwaway cluster on a unix socket (test/pg-cluster.sh).
+# starts its own 5 redis nodes on free loopback ports (test/redis-nodes.sh,
+# AOF with appendfsync everysec, as bench/targets.sh) and two throwaway
+# clusters on unix sockets (test/pg-cluster.sh): lt with redlock in
+# shared_preload_libraries (the lock table), np without.
+#  F. the split of one cycle, REPS interleaved repeats of CYCLES cycles
+#     (default 3 x 3000): the floor client (bench/floor.c) with the
+#     extension's own commands, and with a plain owner-checked GET + DEL
+#     release instead of today's release script; redlock_try_lock and
+#     redlock_unlock timed in the server on lt and on np; for each, the CPU
+#     per cycle of the client (floor) or backend, and of the 5 redis-servers
 #  A. syscalls per cycle of one backend (strace -c over a 3000-cycle loop)
 #  B. perf record -g of that backend over a 10000-cycle loop (cpu-clock)
 #  C. perf record of one redis node over the same kind of loop
-#  D. redis-server CPU per command: PING, SET, EVAL / EVALSHA of the release script
+#  D. redis-server CPU per command: PING, SET, the extension's acquire
+#     script, and its release script against a plain GET + DEL release
+#     (each after a SET of the lock in the same script)
 #  E. system-wide CPU by process during 16 pgbench clients on distinct resources
+# (A to E on lt.)
 set -eu
 
 usage() {
-	echo "usage: bash bench/profile.sh $BENCH_PG_OPTIONS" >&2
+	echo "usage: bash bench/profile.sh [--reps N] [--cycles N] $BENCH_PG_OPTIONS" >&2
 	exit 2
 }
 
@@ -23,10 +35,17 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 . "$ROOT/bench/lib.sh"
 P=$ROOT/bench/out/profile
+REPS=3
+CYCLES=3000
 while [ $# -gt 0 ]; do
-	bench_pg_option "$@" || usage
-	shift "$BENCH_SHIFT"
+	if bench_pg_option "$@"; then shift "$BENCH_SHIFT"; continue; fi
+	case "$1" in
+	--reps) [ $# -ge 2 ] || usage; REPS=$2; shift 2 ;;
+	--cycles) [ $# -ge 2 ] || usage; CYCLES=$2; shift 2 ;;
+	*) usage ;;
+	esac
 done
+[[ $REPS =~ ^[0-9]+$ && $CYCLES =~ ^[0-9]+$ ]] && [ "$CYCLES" -ge 100 ] || usage
 
 bench_pg "$bench_pg_config" "$bench_private"
 bench_need linux-perf strace
@@ -34,31 +53,118 @@ bench_build
 rm -rf "$P"; mkdir -p "$P"
 bench_workdir profile
 echo "== the machine was $(bench_idle_busy)% busy (all CPUs, $(nproc) CPUs) over 3 s, with none of this load" | tee "$P/idle_busy.txt"
-NODES=$(bench_nodes redis 5)
-BASE=${NODES%%,*}; BASE=${BASE##*:}	# the node profiled in C and D
-bench_cluster pg max_connections=100 jit=off fsync=off
-bench_use pg
+NODES=$(bench_nodes redis 5 --appendonly yes --appendfsync everysec)
+BASE=${NODES%%,*}; BASE=${BASE##*:}	# the node profiled in C and D, and captured
+PORTS=$(echo "$NODES" | tr ',' '\n' | sed 's/.*://')
+for c in lt np; do
+	pre=()
+	[ $c = lt ] && pre=(shared_preload_libraries=redlock)
+	bench_cluster $c "${pre[@]}" max_connections=100 jit=off fsync=on \
+		"redlock.nodes=$NODES" redlock.node_timeout=500ms
+done
+export PGOPTIONS="-c jit=off"
+TTL=30000
 
 q() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
 rpid() { bench_node_pid redis "$1"; }
-q <<SQL
+for c in lt np; do
+	bench_use $c
+	q <<SQL
 CREATE EXTENSION redlock;
-ALTER SYSTEM SET redlock.nodes = '$NODES';
-SELECT pg_reload_conf();
+$(bench_loop_sql $TTL)
 CREATE FUNCTION loop(n int, res text) RETURNS void LANGUAGE plpgsql AS \$\$
 BEGIN
 	FOR i IN 1 .. n LOOP
-		PERFORM redlock_try_lock(res, 30000);
+		PERFORM redlock_try_lock(res, $TTL);
 		PERFORM redlock_unlock(res);
 	END LOOP;
 END \$\$;
 CREATE FUNCTION bench_cycle(r text) RETURNS int LANGUAGE plpgsql AS \$\$
 BEGIN
-	IF redlock_try_lock(r, 30000) IS NULL THEN RETURN 0; END IF;
+	IF redlock_try_lock(r, $TTL) IS NULL THEN RETURN 0; END IF;
 	PERFORM redlock_unlock(r);
 	RETURN 1;
 END \$\$;
 SQL
+done
+
+# F: the split of one cycle
+echo "== F: one cycle, split: floor vs redlock, $REPS x $CYCLES cycles"
+bench_floor_build "$P"
+bench_use lt
+bench_floor_capture "$P" "$BASE" "$TTL"
+echo "acquire: $(bench_floor_describe "$P" acquire)" | tee "$P/floor_cmds_described.txt"
+echo "release: $(bench_floor_describe "$P" release)" | tee -a "$P/floor_cmds_described.txt"
+# the same acquire, and a plain owner-checked release of the same key
+# (numkeys is argument 2 of the captured release; its key and value follow)
+rel_arg() { "$P/floor" --arg "$P/floor_cmds.txt" release 0 "$1"; }
+nk=$(rel_arg 2)
+repr() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
+{
+	grep '^acquire ' "$P/floor_cmds.txt"
+	echo "release \"EVAL\" $(repr "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0") \"1\" $(repr "$(rel_arg 3)") $(repr "$(rel_arg $((3 + nk)))")"
+} > "$P/floor_plain_cmds.txt"
+HZ=$(getconf CLK_TCK)
+redis_cpu() { local t=0 p; for p in $PORTS; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$(rpid "$p")/stat"))); done; echo $t; }
+cat > "$P/cpu_of.sh" <<'EOF2'
+awk '{ print $14 + $15 }' "/proc/$1/stat"
+EOF2
+SPLIT=$P/split.kv
+: > "$SPLIT"
+TIMEFORMAT='%3U %3S'
+for ((r = 1; r <= REPS; r++)); do
+	for what in floor plain lt np; do
+		r0=$(redis_cpu)
+		case $what in
+		floor|plain)
+			f=$P/floor_cmds.txt; [ $what = plain ] && f=$P/floor_plain_cmds.txt
+			{ time "$P/floor" "$NODES" "$f" "$CYCLES" $((CYCLES / 10)) "$BENCH_FLOOR_TOKEN" > "$P/f_${what}_$r.out"; } 2> "$P/f_${what}_$r.time"
+			read -r cu cs < "$P/f_${what}_$r.time"
+			echo "${what}_clientcpu_$r=$(awk -v u="$cu" -v s="$cs" -v n="$CYCLES" 'BEGIN { printf "%.1f", (u + s) * 1e6 / (n * 1.1) }')" >> "$SPLIT"
+			;;
+		lt|np)
+			bench_use $what
+			q > "$P/f_${what}_$r.cpu" <<SQL
+SELECT pg_backend_pid() AS pid \gset
+SELECT bench_loop(0, 100, 0) \g /dev/null
+\setenv BPID :pid
+\! bash $P/cpu_of.sh \$BPID
+SELECT bench_loop($r, $CYCLES, $((CYCLES / 10))) \g /dev/null
+\! bash $P/cpu_of.sh \$BPID
+SQL
+			bench_loop_pct "$r" > "$P/f_${what}_$r.out"
+			echo "${what}_clientcpu_$r=$(awk -v n="$CYCLES" -v hz="$HZ" 'NR == 1 { a = $1 } NR == 2 { printf "%.1f", ($1 - a) / hz * 1e6 / (n * 1.1) }' "$P/f_${what}_$r.cpu")" >> "$SPLIT"
+			;;
+		esac
+		r1=$(redis_cpu)
+		echo "${what}_rediscpu_$r=$(awk -v c=$((r1 - r0)) -v n="$CYCLES" -v hz="$HZ" 'BEGIN { printf "%.1f", c / hz * 1e6 / (n * 1.1) }')" >> "$SPLIT"
+	done
+done
+fmed() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+fval() {	# fval WHAT KEY: median over the repeats
+	local v=() r
+	for ((r = 1; r <= REPS; r++)); do
+		case $2 in
+		*cpu) v+=("$(awk -F= -v k="${1}_${2}_$r" '$1 == k { print $2 }' "$SPLIT")") ;;
+		*) v+=("$(awk -F= -v k="$2" '$1 == k { print $2 }' "$P/f_${1}_$r.out")") ;;
+		esac
+	done
+	fmed "${v[@]}"
+}
+{
+	echo "| | acquire p50 us | release p50 us | cycle p50 us | client/backend CPU us per cycle | 5 redis-servers CPU us per cycle |"
+	echo "|---|---:|---:|---:|---:|---:|"
+	for what in floor plain lt np; do
+		case $what in
+		floor) d="floor client, the extension's commands" ;;
+		plain) d="floor client, plain GET + DEL release" ;;
+		lt) d="redlock, preloaded (lock table), timed in the server" ;;
+		np) d="redlock, not preloaded, timed in the server" ;;
+		esac
+		echo "| $d | $(fval $what acquire_p50) | $(fval $what release_p50) | $(fval $what cycle_p50) | $(fval $what clientcpu) | $(fval $what rediscpu) |"
+	done
+} | tee "$P/split.md"
+bench_use lt
 
 # A: one session; warm up, then strace the backend over exactly 3000 cycles
 echo "== A: syscalls of one backend over 3000 lock/unlock cycles (5 nodes)"
@@ -96,22 +202,29 @@ echo "-- backend self time by symbol"; head -25 "$P/backend_sym.txt"
 echo "-- redis node self time by symbol"; head -25 "$P/redis_sym.txt"
 
 # D: redis-server CPU per command (utime+stime of the node / commands)
-echo "== D: redis-server CPU per command (one node, redis-benchmark -c 1 -n 100000)"
-REL="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-SHA=$(redis-cli -p $BASE SCRIPT LOAD "$REL")
+echo "== D: redis-server CPU per command (one node, redis-benchmark -c 1 -n 50000)"
+acq_arg() { "$P/floor" --arg "$P/floor_cmds.txt" acquire 0 "$1"; }
+ACQ=$(acq_arg 1)
+REL=$(rel_arg 1)
+SETL="redis.call('SET', KEYS[1], ARGV[1], 'PX', 30000)
+"
+PLAIN="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 hz=$(getconf CLK_TCK)
 cpu_of() { awk '{ print $14 + $15 }' "/proc/$(rpid $BASE)/stat"; }
-for what in PING SET EVAL EVALSHA; do
+for what in PING SET SET_ONLY ACQUIRE SET+RELEASE SET+PLAIN; do
 	c0=$(cpu_of); t0=$(date +%s%N)
 	case $what in
-	PING) redis-benchmark -p $BASE -c 1 -n 100000 -q -t ping_mbulk >/dev/null 2>&1 ;;
-	SET) redis-benchmark -p $BASE -c 1 -n 100000 -q -t set >/dev/null 2>&1 ;;
-	EVAL) redis-benchmark -p $BASE -c 1 -n 100000 -q EVAL "$REL" 1 k:absent x >/dev/null 2>&1 ;;
-	EVALSHA) redis-benchmark -p $BASE -c 1 -n 100000 -q EVALSHA "$SHA" 1 k:absent x >/dev/null 2>&1 ;;
-	esac
+	PING) redis-benchmark -p $BASE -c 1 -n 50000 -q -t ping_mbulk ;;
+	SET) redis-benchmark -p $BASE -c 1 -n 50000 -q -t set ;;
+	SET_ONLY) redis-benchmark -p $BASE -c 1 -n 50000 -q EVAL "${SETL}return 0" 1 "$(rel_arg 3)" "$(rel_arg $((3 + nk)))" ;;
+	# a fresh lock every time (the counter is raised only the first time)
+	ACQUIRE) redis-benchmark -p $BASE -c 1 -n 50000 -r 100000000 -q EVAL "$ACQ" 2 "$(acq_arg 3):__rand_int__" "$(acq_arg 4)" "$(acq_arg 5)" "$(acq_arg 6)" "$(acq_arg 7)" ;;
+	SET+RELEASE) redis-benchmark -p $BASE -c 1 -n 50000 -q EVAL "$SETL$REL" 1 "$(rel_arg 3)" "$(rel_arg $((3 + nk)))" "$(rel_arg $((4 + nk)))" ;;
+	SET+PLAIN) redis-benchmark -p $BASE -c 1 -n 50000 -q EVAL "$SETL$PLAIN" 1 "$(rel_arg 3)" "$(rel_arg $((3 + nk)))" ;;
+	esac > /dev/null 2>&1
 	c1=$(cpu_of); t1=$(date +%s%N)
 	awk -v w=$what -v c=$((c1 - c0)) -v hz="$hz" -v t=$(((t1 - t0) / 1000)) 'BEGIN {
-		printf "%-8s redis CPU %.1f us/command, wall %.1f us/command\n", w, c / hz * 1e6 / 100000, t / 100000 }'
+		printf "%-12s redis CPU %.1f us/command, wall %.1f us/command\n", w, c / hz * 1e6 / 50000, t / 50000 }'
 done | tee "$P/redis_per_command.txt"
 
 # E: 16 clients on distinct resources, system-wide CPU by process

@@ -111,7 +111,7 @@ bench_build
 rm -rf "$OUT"
 mkdir -p "$OUT"
 echo "== floor client (bench/floor.c) and node-redlock (npm ci in bench/node)" >&2
-cc -O2 -Wall -o "$OUT/floor" bench/floor.c -lhiredis
+bench_floor_build "$OUT"
 (cd bench/node && npm ci --no-audit --no-fund --loglevel=error > "$OUT/npm.log" 2>&1) ||
 	{ cat "$OUT/npm.log" >&2; exit 1; }
 
@@ -138,36 +138,7 @@ val() { awk -F= -v k="$2" '$1 == k { print $2 }' "$1"; }
 
 q <<SQL
 CREATE EXTENSION redlock;
-CREATE TABLE samples (rep int, i int, op text, us float8);
-
--- One session: n timed try_lock/unlock cycles on one resource after warm
--- untimed ones, each call timed in the server (as bench/run.sh does).
-CREATE FUNCTION bench_loop(rep int, n int, warm int) RETURNS void LANGUAGE plpgsql AS \$\$
-DECLARE
-	acq float8[] := array_fill(0::float8, ARRAY[n]);
-	rel float8[] := array_fill(0::float8, ARRAY[n]);
-	t0 timestamptz; t1 timestamptz; t2 timestamptz;
-	r text := 'single:' || rep;
-	tok bigint; ok bool;
-BEGIN
-	FOR i IN 1 - warm .. n LOOP
-		t0 := clock_timestamp();
-		tok := redlock_try_lock(r, $TTL);
-		t1 := clock_timestamp();
-		ok := redlock_unlock(r);
-		t2 := clock_timestamp();
-		IF tok IS NULL OR NOT ok THEN
-			RAISE EXCEPTION 'cycle % not granted', i;
-		END IF;
-		IF i >= 1 THEN
-			acq[i] := extract(epoch FROM t1 - t0) * 1e6;
-			rel[i] := extract(epoch FROM t2 - t1) * 1e6;
-		END IF;
-	END LOOP;
-	INSERT INTO samples SELECT rep, g, 'acquire', acq[g] FROM generate_series(1, n) g;
-	INSERT INTO samples SELECT rep, g, 'release', rel[g] FROM generate_series(1, n) g;
-END
-\$\$;
+$(bench_loop_sql "$TTL")
 
 -- One pgbench cycle on a resource nobody else uses: a refusal is an error
 -- (the client aborts and the run is reported as failed).
@@ -184,101 +155,11 @@ END
 SQL
 
 # ---------------------------------------------------------------- the floor's commands
-# One lock/unlock of the extension, with MONITOR on the first node: the
-# commands its backend sent between the markers are what the floor sends.
 log "capturing the extension's commands (MONITOR on 127.0.0.1:$P1)"
-redis-cli -p "$P1" MONITOR > "$OUT/monitor.txt" &
-MON_PID=$!
-sleep 0.5
-TOKEN=$(q <<SQL
-SELECT redlock_try_lock('capture:warm', $TTL) IS NULL, redlock_unlock('capture:warm') \g /dev/null
-\! bash -c 'sleep 0.3; redis-cli -p $P1 ECHO redlock-bench-mark-acquire > /dev/null'
-SELECT redlock_try_lock('capture', $TTL) AS token \gset
-\! bash -c 'sleep 0.3; redis-cli -p $P1 ECHO redlock-bench-mark-release > /dev/null'
-SELECT redlock_unlock('capture') \g /dev/null
-\! bash -c 'sleep 0.3; redis-cli -p $P1 ECHO redlock-bench-mark-end > /dev/null'
-SELECT :'token';
-SQL
-)
-sleep 0.3
-kill "$MON_PID" 2>/dev/null || true
-wait "$MON_PID" 2>/dev/null || true
-# MONITOR lines: 'TIME [DB ADDR] "ARG" "ARG" ...'; commands run by a script
-# say [DB lua].  The backend is the client of the first command after the
-# acquire marker; its commands between the markers make the two phases.
-awk '
-	/"ECHO" "redlock-bench-mark-acquire"/ { phase = "acquire"; next }
-	/"ECHO" "redlock-bench-mark-release"/ { phase = "release"; next }
-	/"ECHO" "redlock-bench-mark-end"/ { phase = ""; next }
-	phase == "" || / lua\] / { next }
-	{
-		match($0, /^[0-9.]+ \[[0-9]+ [^]]*\] /)
-		if (RSTART != 1) next
-		who = substr($0, 1, RLENGTH); sub(/^[0-9.]+ \[[0-9]+ /, "", who); sub(/\] $/, "", who)
-		if (backend == "") backend = who
-		if (who == backend) print phase, substr($0, RLENGTH + 1)
-	}' "$OUT/monitor.txt" > "$OUT/floor_cmds.txt"
-grep -q '^acquire ' "$OUT/floor_cmds.txt" && grep -q '^release ' "$OUT/floor_cmds.txt" ||
-	{ echo "targets: could not capture the extension's commands (see $OUT/monitor.txt)" >&2; exit 1; }
-[[ $TOKEN =~ ^[0-9]+$ ]] || { echo "targets: the captured lock returned no token ($TOKEN)" >&2; exit 1; }
-grep '^acquire ' "$OUT/floor_cmds.txt" | grep -qF "\"$TOKEN\"" ||
-	{ echo "targets: the captured acquire does not carry its token $TOKEN as an argument" >&2; exit 1; }
-# the phases, summed up for the report: each command's name, the SHA1 of
-# its script (EVAL) and its number of arguments
-describe_cmds() {
-	local phase=$1 i=0 name n s
-	while name=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 0); do
-		n=1
-		while "$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" "$n" > /dev/null; do n=$((n + 1)); done
-		s=
-		case ${name^^} in
-		EVAL) s=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 1 | sha1sum | cut -d' ' -f1) ;;
-		EVALSHA) s=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 1) ;;
-		esac
-		[ -z "$s" ] || s=" $(awk -v h="${s,,}" '$1 == h { print $2 }' "$OUT/src_scripts.txt") (SHA1 ${s:0:12})"
-		echo "${name^^}$s, $n arguments"
-		i=$((i + 1))
-	done | paste -sd';' | sed 's/;/; /g'
-}
-# The check that the floor runs today's scripts: every script the backend
-# sent (EVAL's text, or EVALSHA's hash) must be one of the scripts in
-# src/*.c (each "static const char NAME_SCRIPT[] = ...;" literal compiled
-# and hashed here), which names it in the report.
-src_scripts() {	# "SHA1 NAME" of every script literal in src/*.c
-	local f name
-	for f in src/*.c; do
-		for name in $(sed -n 's/^static const char \([A-Z_]*SCRIPT\)\[\] =.*/\1/p' "$f"); do
-			{
-				echo '#include <stdio.h>'
-				echo 'static const char s[] ='
-				sed -n "/^static const char $name\[\] =/,/;/{/^static const char/d;p}" "$f"
-				echo 'int main(void) { fwrite(s, 1, sizeof(s) - 1, stdout); return 0; }'
-			} > "$OUT/script.c"
-			cc -o "$OUT/script" "$OUT/script.c"
-			echo "$("$OUT/script" | sha1sum | cut -d' ' -f1) $name"
-		done
-	done
-}
-src_scripts > "$OUT/src_scripts.txt"
-for phase in acquire release; do
-	i=0
-	while name=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 0); do
-		case ${name^^} in
-		EVAL) sha=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 1 | sha1sum | cut -d' ' -f1) ;;
-		EVALSHA) sha=$("$OUT/floor" --arg "$OUT/floor_cmds.txt" "$phase" "$i" 1) ;;
-		*) sha= ;;
-		esac
-		if [ -n "$sha" ]; then
-			grep -q "^${sha,,} " "$OUT/src_scripts.txt" || {
-				echo "targets: the $phase script the extension sent (SHA1 $sha) is none of the scripts in src/*.c" >&2
-				exit 1
-			}
-		fi
-		i=$((i + 1))
-	done
-done
-ACQ_CMDS=$(describe_cmds acquire)
-REL_CMDS=$(describe_cmds release)
+bench_floor_capture "$OUT" "$P1" "$TTL"
+TOKEN=$BENCH_FLOOR_TOKEN
+ACQ_CMDS=$(bench_floor_describe "$OUT" acquire)
+REL_CMDS=$(bench_floor_describe "$OUT" release)
 log "acquire: $ACQ_CMDS"
 log "release: $REL_CMDS"
 
@@ -331,18 +212,10 @@ run_floor() {	# the floor client over CYCLES rounds
 }
 run_rl1() {	# one session, timed in the server
 	q -c "SELECT bench_loop($1, $CYCLES, $WARM)"
-	q -F ' ' <<-SQL
-	SELECT op || '_p' || p || '=' || round(percentile_disc(p / 100.0) WITHIN GROUP (ORDER BY us)::numeric, 1)
-	FROM (SELECT rep, op, us FROM samples
-	      UNION ALL
-	      SELECT a.rep, 'cycle', a.us + r.us FROM samples a JOIN samples r USING (rep, i)
-	      WHERE a.op = 'acquire' AND r.op = 'release') s,
-	     (VALUES (50), (90), (99)) v(p)
-	WHERE rep = $1 GROUP BY op, p ORDER BY op, p;
-	SQL
+	bench_loop_pct "$1"
 }
-run_pgb() {	# pgbench CLIENTS REP: each client on its own resource
-	pgbench -n -M prepared -c "$1" -j $(($1 < 2 ? 1 : 2)) -T "$SECS" -D "run=$2" -f "$OUT/cycle.sql"
+run_pgb() {	# pgbench CLIENTS REP [--log ...]: each client on its own resource
+	pgbench -n -M prepared -c "$1" -j $(($1 < 2 ? 1 : 2)) -T "$SECS" -D "run=$2" -f "$OUT/cycle.sql" "${@:3}"
 }
 run_node1() { node bench/node/bench.js single "$NODES" "node1:$1" "$CYCLES" "$WARM"; }
 run_nodew() { node bench/node/bench.js workers "$NODES" "node$2:$1" "$2" "$SECS"; }
@@ -352,6 +225,10 @@ pgb_check() {	# NAME REP: the tps of a pgbench run; fails on failed clients
 	local f="$OUT/$1_$2.out"
 	if grep -q 'aborted in command\|number of failed transactions: [1-9]' "$f" "$OUT/$1_$2.err"; then
 		echo "targets: $1 (repeat $2): pgbench clients failed (see $f)" >&2
+		exit 1
+	fi
+	if ! grep -q '^number of transactions actually processed: [1-9]' "$f"; then
+		echo "targets: $1 (repeat $2): pgbench completed no cycle in ${SECS}s (see $f)" >&2
 		exit 1
 	fi
 	sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$f" | head -1
@@ -383,8 +260,12 @@ for ((r = 1; r <= REPS; r++)); do
 				{ echo "targets: node-redlock workers had errors (see $OUT/node16_$r.out)" >&2; exit 1; } ;;
 		pgb1)
 			log "repeat $r/$REPS: redlock, one session through pgbench, ${SECS}s"
-			measure pgb1 "$r" run_pgb 1 "$r"
-			kv "pgb1_tps_$r" "$(pgb_check pgb1 "$r")" ;;
+			measure pgb1 "$r" run_pgb 1 "$r" --log --log-prefix="$OUT/pgb1_log_$r"
+			kv "pgb1_tps_$r" "$(pgb_check pgb1 "$r")"
+			# the latency of each cycle as the client saw it (us, column 3)
+			kv "pgb1_p50_$r" "$(cat "$OUT"/pgb1_log_"$r".* | awk '{ print $3 }' | sort -n |
+				awk '{ a[NR] = $1 } END { i = int(NR * 0.5 + 0.5); if (i < 1) i = 1; print a[i] + 0 }')"
+			rm -f "$OUT"/pgb1_log_"$r".* ;;
 		nodew1)
 			log "repeat $r/$REPS: node-redlock, one worker, ${SECS}s"
 			measure nodew1 "$r" run_nodew "$r" 1 ;;
@@ -490,7 +371,15 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "| redlock, one session (\`pgbench -n -M prepared -c 1 -T $SECS\`) | $(fmt0 "$(med pgb1_tps kv)") | $(reps_of pgb1_tps kv | sed 's/\.[0-9]*//g') | $(med pgb1_busy kv) | $(med pgb1_others kv) |"
 	echo "| node-redlock, one worker | $(fmt0 "$(med nodew1 cycles_per_s)") | $(reps_of nodew1 cycles_per_s | sed 's/\.[0-9]*//g') | $(med nodew1_busy kv) | $(med nodew1_others kv) |"
 	echo
-	echo "Informative: redlock_unlock p50 against the release script's own floor: $rl_rel vs $fl_rel us, $(ratio "$rl_rel" "$fl_rel")."
+	pgb1_p50=$(med pgb1_p50 kv)
+	echo "Informative, no target:"
+	echo
+	echo "- redlock_unlock p50 against the release script's own floor: $rl_rel vs $fl_rel us, $(ratio "$rl_rel" "$fl_rel")."
+	echo "- The cycle as a client sees it: one session's \`SELECT bench_cycle(r)\` through pgbench (one prepared"
+	echo "  statement per cycle, client-side latency p50 from its per-transaction log): $pgb1_p50 us"
+	echo "  (per repeat $(reps_of pgb1_p50 kv)), against node-redlock's client-side cycle p50 $nd_cyc us: $(ratio "$pgb1_p50" "$nd_cyc")."
+	echo "  Target 3 compares the cycle timed in the server (rows 1 and 2 are timed there too), which leaves"
+	echo "  out the statement's round trip between client and server (about the cost of \`SELECT 1\`)."
 	echo
 	echo "## How"
 	echo
