@@ -29,7 +29,8 @@
  * lines: p50/p90/p99 in microseconds of the acquire round, of the release
  * round and of their sum (cycle), the same for the time to all replies
  * (acquire_all_*, release_all_*), and the replies that were errors or
- * (acquire) nil.  With --arg it prints, as it is, argument ARGNO (0: the
+ * (acquire) nil.  With FLOOR_SAMPLES=FILE in the environment, every timed
+ * round's "acquire release" times (us) also go to FILE, one round a line.  With --arg it prints, as it is, argument ARGNO (0: the
  * command's name) of command INDEX (from 0) of PHASE (acquire or release),
  * and exits 1 when there is no such argument: a script's text, for its SHA1.
  *
@@ -476,6 +477,16 @@ main(int argc, char **argv)
 			acq_all[r] = a_all / 1000.0;
 			rel_all[r] = b_all / 1000.0;
 		}
+	}
+	if (getenv("FLOOR_SAMPLES") != NULL && getenv("FLOOR_SAMPLES")[0] != '\0')
+	{
+		FILE	   *f = fopen(getenv("FLOOR_SAMPLES"), "w");
+
+		if (f == NULL)
+			die("cannot write %s", getenv("FLOOR_SAMPLES"));
+		for (int r = 0; r < rounds; r++)
+			fprintf(f, "%.1f %.1f\n", acq[r], rel[r]);
+		fclose(f);
 	}
 	print_pct("acquire", acq, rounds);
 	print_pct("release", rel, rounds);

@@ -338,3 +338,20 @@ bench_loop_pct() {
 	WHERE rep = $1 GROUP BY op, p ORDER BY op, p;
 	SQL
 }
+
+# bench_plot_cdf_head PNG TITLE: the gnuplot commands that begin a plot of
+# two CDFs side by side (latency on a log scale) into PNG; the caller's
+# commands (two "set title" and "plot", then "unset multiplot") follow
+bench_plot_cdf_head() {
+	cat <<-EOF
+	set terminal pngcairo size 1200,520 font "DejaVu Sans,10"
+	set output "$1"
+	set multiplot layout 1,2 title "$2"
+	set logscale x
+	set xlabel "latency (us, log scale)"
+	set ylabel "fraction of calls <= x"
+	set grid
+	set key bottom right
+	set yrange [0:1]
+	EOF
+}

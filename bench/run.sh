@@ -383,16 +383,10 @@ done
 q -c "VACUUM acct_f, acct_a, acct_p" >/dev/null
 
 # ---------------------------------------------------------------- plot
-gnuplot <<EOF
-set terminal pngcairo size 1200,520 font "DejaVu Sans,10"
-set output "$OUT/latency_cdf.png"
-set multiplot layout 1,2 title "redlock latency in one session, 5 nodes: healthy vs 1 and 2 stopped (SIGSTOP), ${CYCLES} cycles x ${REPS} repeats"
-set logscale x
-set xlabel "latency (us, log scale)"
-set ylabel "fraction of calls <= x"
-set grid
-set key bottom right
-set yrange [0:1]
+{
+bench_plot_cdf_head "$OUT/latency_cdf.png" \
+	"redlock latency in one session, 5 nodes: healthy vs 1 and 2 stopped (SIGSTOP), ${CYCLES} cycles x ${REPS} repeats"
+cat <<EOF
 set title "redlock\\\\_try\\\\_lock (same resource: solid; distinct: dashed)"
 plot "$OUT/cdf_n5s_acquire.dat" u 1:2 w l lw 2 lc 1 t "healthy", \
      "$OUT/cdf_d1s_acquire.dat" u 1:2 w l lw 2 lc 2 t "1 stopped", \
@@ -409,6 +403,7 @@ plot "$OUT/cdf_n5s_release.dat" u 1:2 w l lw 2 lc 1 t "healthy", \
      "$OUT/cdf_d2d_release.dat" u 1:2 w l dt 2 lc 7 t "2 stopped, distinct"
 unset multiplot
 EOF
+} | gnuplot
 
 # ---------------------------------------------------------------- report
 med_of() {	# med_of KEYPREFIX -> median over repeats of KEYPREFIX_<rep>

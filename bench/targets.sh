@@ -7,15 +7,15 @@
 #
 #   (no option)   full run: 5 interleaved repeats of 5,000 timed cycles and
 #                 10 s throughput runs (about 8 minutes on 2 cores); writes
-#                 bench/TARGETS.md
+#                 bench/TARGETS.md and bench/targets_cdf.png
 #   --quick       smoke run (3 repeats of 500 cycles and 2 s runs, about 2
 #                 minutes); its report, marked as a smoke run, goes to
 #                 bench/out-targets/TARGETS.md only
 #   --reps, --cycles, --seconds   override the repeats (at least 3), the
 #                 timed cycles of the latency runs and the length of the
 #                 throughput runs
-#   --no-report   leave bench/TARGETS.md alone (the report still goes to
-#                 bench/out-targets/TARGETS.md)
+#   --no-report   leave bench/TARGETS.md and the plot alone (the report
+#                 still goes to bench/out-targets/TARGETS.md)
 #   --pg-config, --private-copy   which PostgreSQL installation to build,
 #                 install and run in, or a private copy of it (bench/lib.sh)
 #
@@ -102,7 +102,7 @@ START_TS=$(date +%s)
 DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 
 bench_pg "$bench_pg_config" "$bench_private"
-bench_need gawk redis-tools
+bench_need gawk redis-tools gnuplot-nox
 if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
 	bench_need nodejs npm
 fi
@@ -208,7 +208,7 @@ measure() {
 
 # ---------------------------------------------------------------- the runs
 run_floor() {	# the floor client over CYCLES rounds
-	"$OUT/floor" "$NODES" "$OUT/floor_cmds.txt" "$CYCLES" "$WARM" "$TOKEN"
+	FLOOR_SAMPLES=$OUT/samples_floor_$1 "$OUT/floor" "$NODES" "$OUT/floor_cmds.txt" "$CYCLES" "$WARM" "$TOKEN"
 }
 run_rl1() {	# one session, timed in the server
 	q -c "SELECT bench_loop($1, $CYCLES, $WARM)"
@@ -217,7 +217,7 @@ run_rl1() {	# one session, timed in the server
 run_pgb() {	# pgbench CLIENTS REP [--log ...]: each client on its own resource
 	pgbench -n -M prepared -c "$1" -j $(($1 < 2 ? 1 : 2)) -T "$SECS" -D "run=$2" -f "$OUT/cycle.sql" "${@:3}"
 }
-run_node1() { node bench/node/bench.js single "$NODES" "node1:$1" "$CYCLES" "$WARM"; }
+run_node1() { NODE_SAMPLES=$OUT/samples_node1_$1 node bench/node/bench.js single "$NODES" "node1:$1" "$CYCLES" "$WARM"; }
 run_nodew() { node bench/node/bench.js workers "$NODES" "node$2:$1" "$2" "$SECS"; }
 echo "SELECT bench_cycle('pgb:' || :run || ':' || :client_id);" > "$OUT/cycle.sql"
 
@@ -242,7 +242,7 @@ for ((r = 1; r <= REPS; r++)); do
 		case $item in
 		floor)
 			log "repeat $r/$REPS: floor, $CYCLES rounds"
-			measure floor "$r" run_floor ;;
+			measure floor "$r" run_floor "$r" ;;
 		rl1)
 			log "repeat $r/$REPS: redlock, one session, $CYCLES cycles"
 			measure rl1 "$r" run_rl1 "$r" ;;
@@ -274,6 +274,35 @@ for ((r = 1; r <= REPS; r++)); do
 done
 kv idle_busy_after "$(bench_idle_busy)"
 kv loadavg_after "$(loadavg)"
+
+# ---------------------------------------------------------------- plot
+# CDFs of every timed call and cycle, all repeats: "x fraction" per line
+cdf() { sort -g | awk '{ a[NR] = $1 } END { for (i = 1; i <= NR; i++) print a[i], i / NR }'; }
+cat "$OUT"/samples_floor_* | awk '{ print $1 }' | cdf > "$OUT/cdf_floor_acquire.dat"
+cat "$OUT"/samples_floor_* | awk '{ print $2 }' | cdf > "$OUT/cdf_floor_release.dat"
+cat "$OUT"/samples_floor_* | awk '{ print $1 + $2 }' | cdf > "$OUT/cdf_floor_cycle.dat"
+cat "$OUT"/samples_node1_* | cdf > "$OUT/cdf_node_cycle.dat"
+for op in acquire release; do
+	q -c "SELECT us FROM samples WHERE op = '$op'" | cdf > "$OUT/cdf_rl_$op.dat"
+done
+q -c "SELECT a.us + r.us FROM samples a JOIN samples r USING (rep, i) WHERE a.op = 'acquire' AND r.op = 'release'" |
+	cdf > "$OUT/cdf_rl_cycle.dat"
+{
+bench_plot_cdf_head "$OUT/targets_cdf.png" \
+	"one session, 5 nodes, ${CYCLES} cycles x ${REPS} repeats$([ "$QUICK" = 1 ] && echo ' (smoke run)')"
+cat <<GNUPLOT
+set title "acquire and release: redlock (timed in the server) vs the majority-round floor"
+plot "$OUT/cdf_rl_acquire.dat" u 1:2 w l lw 2 lc 1 t "redlock\\\\_try\\\\_lock", \
+     "$OUT/cdf_floor_acquire.dat" u 1:2 w l dt 2 lw 2 lc 1 t "floor, acquire script", \
+     "$OUT/cdf_rl_release.dat" u 1:2 w l lw 2 lc 7 t "redlock\\\\_unlock", \
+     "$OUT/cdf_floor_release.dat" u 1:2 w l dt 2 lw 2 lc 7 t "floor, release script"
+set title "lock + unlock cycle"
+plot "$OUT/cdf_rl_cycle.dat" u 1:2 w l lw 2 lc 1 t "redlock (timed in the server)", \
+     "$OUT/cdf_node_cycle.dat" u 1:2 w l lw 2 lc 2 t "node-redlock 4.2 (timed in the client)", \
+     "$OUT/cdf_floor_cycle.dat" u 1:2 w l dt 2 lw 2 lc 0 t "floor (acquire + release rounds)"
+unset multiplot
+GNUPLOT
+} | gnuplot
 
 # ---------------------------------------------------------------- report
 # of REP-FILE-NAME KEY: per-repeat values "a/b/c" and their median
@@ -372,6 +401,8 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "| node-redlock, one worker | $(fmt0 "$(med nodew1 cycles_per_s)") | $(reps_of nodew1 cycles_per_s | sed 's/\.[0-9]*//g') | $(med nodew1_busy kv) | $(med nodew1_others kv) |"
 	echo
 	pgb1_p50=$(med pgb1_p50 kv)
+	echo "Plot: [targets_cdf.png](targets_cdf.png) (CDF of every timed call and cycle of one session, all repeats)."
+	echo
 	echo "Informative, no target:"
 	echo
 	echo "- redlock_unlock p50 against the release script's own floor: $rl_rel vs $fl_rel us, $(ratio "$rl_rel" "$fl_rel")."
@@ -404,5 +435,6 @@ REPORT_FILE=$OUT/TARGETS.md
 } > "$REPORT_FILE"
 if [ "$REPORT" = 1 ]; then
 	cp "$REPORT_FILE" "$ROOT/bench/TARGETS.md"
+	cp "$OUT/targets_cdf.png" "$ROOT/bench/targets_cdf.png"
 fi
 cat "$REPORT_FILE"

@@ -15,6 +15,8 @@
 // this run unique.  retryCount 0: a lock that is refused is an error,
 // counted (and, in single, fatal: nobody else uses these resources).
 // Every run also prints cpu_us: this process's CPU time (user + system).
+// With NODE_SAMPLES=FILE in the environment, single also writes every timed
+// cycle's time (us) to FILE, one a line.
 
 const Redis = require('ioredis');
 const Redlock = require('redlock');
@@ -64,6 +66,9 @@ async function main() {
 				lk.push(us(t0, t1));
 				ul.push(us(t1, t2));
 			}
+		}
+		if (process.env.NODE_SAMPLES) {
+			require('fs').writeFileSync(process.env.NODE_SAMPLES, cyc.map((x) => x.toFixed(1)).join('\n') + '\n');
 		}
 		for (const [name, v] of [['cycle', cyc], ['lock', lk], ['unlock', ul]]) {
 			v.sort((x, y) => x - y);
