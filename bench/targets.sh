@@ -252,7 +252,8 @@ for ((r = 1; r <= REPS; r++)); do
 		rl16)
 			log "repeat $r/$REPS: redlock, $WORKERS sessions, ${SECS}s"
 			measure rl16 "$r" run_pgb "$WORKERS" "$r"
-			kv "rl16_tps_$r" "$(pgb_check rl16 "$r")" ;;
+			tps=$(pgb_check rl16 "$r")	# an assignment: its failure stops the run
+			kv "rl16_tps_$r" "$tps" ;;
 		node16)
 			log "repeat $r/$REPS: node-redlock, $WORKERS workers, ${SECS}s"
 			measure node16 "$r" run_nodew "$r" "$WORKERS"
@@ -261,7 +262,8 @@ for ((r = 1; r <= REPS; r++)); do
 		pgb1)
 			log "repeat $r/$REPS: redlock, one session through pgbench, ${SECS}s"
 			measure pgb1 "$r" run_pgb 1 "$r" --log --log-prefix="$OUT/pgb1_log_$r"
-			kv "pgb1_tps_$r" "$(pgb_check pgb1 "$r")"
+			tps=$(pgb_check pgb1 "$r")
+			kv "pgb1_tps_$r" "$tps"
 			# the latency of each cycle as the client saw it (us, column 3)
 			kv "pgb1_p50_$r" "$(cat "$OUT"/pgb1_log_"$r".* | awk '{ print $3 }' | sort -n |
 				awk '{ a[NR] = $1 } END { i = int(NR * 0.5 + 0.5); if (i < 1) i = 1; print a[i] + 0 }')"
