@@ -6,10 +6,10 @@
 #                         [--no-report] [--pg-config PATH] [--private-copy DIR]
 #
 #   (no option)   full run: 5 interleaved repeats of 5,000 timed cycles and
-#                 10 s throughput runs (about 8 minutes on 2 cores); writes
-#                 bench/TARGETS.md and bench/targets_cdf.png
-#   --quick       smoke run (3 repeats of 500 cycles and 2 s runs, about 2
-#                 minutes); its report, marked as a smoke run, goes to
+#                 10 s throughput runs; writes bench/TARGETS.md and
+#                 bench/targets_cdf.png
+#   --quick       smoke run (3 repeats of 500 cycles and 2 s runs); its
+#                 report, marked as a smoke run, goes to
 #                 bench/out-targets/TARGETS.md only
 #   --reps, --cycles, --seconds   override the repeats (at least 3), the
 #                 timed cycles of the latency runs and the length of the
