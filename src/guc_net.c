@@ -125,25 +125,30 @@ check_tls_key_file(char **newval, void **extra, GucSource source)
 	return check_pem_file(newval, "key", "PRIVATE KEY");
 }
 
+/* one of the TLS files is assigned; see assign_tls_mode() */
+static void
+tls_file_assigned(const char *oldval, const char *newval)
+{
+	rl_connection_setting_assigned(oldval, newval);
+	rl_tls_files_serial++;
+}
+
 static void
 assign_tls_ca_file(const char *newval, void *extra)
 {
-	rl_connection_setting_assigned(rl_tls_ca_file, newval);
-	rl_tls_files_serial++;
+	tls_file_assigned(rl_tls_ca_file, newval);
 }
 
 static void
 assign_tls_cert_file(const char *newval, void *extra)
 {
-	rl_connection_setting_assigned(rl_tls_cert_file, newval);
-	rl_tls_files_serial++;
+	tls_file_assigned(rl_tls_cert_file, newval);
 }
 
 static void
 assign_tls_key_file(const char *newval, void *extra)
 {
-	rl_connection_setting_assigned(rl_tls_key_file, newval);
-	rl_tls_files_serial++;
+	tls_file_assigned(rl_tls_key_file, newval);
 }
 
 /* a new resolver channel comes with new connections */
