@@ -8,7 +8,6 @@
  */
 #include "postgres.h"
 
-#include "access/parallel.h"
 #include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -546,12 +545,6 @@ redlock_leases(PG_FUNCTION_ARGS)
 	RlLease    *lease;
 	int64_t		now = rl_now_us();
 
-	/* PARALLEL RESTRICTED: a worker would show its own leases, none */
-	if (IsParallelWorker())
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("cannot call redlock_leases() in a parallel worker"),
-				 errhint("Mark the function that calls redlock_leases() PARALLEL RESTRICTED or PARALLEL UNSAFE.")));
 	InitMaterializedSRF(fcinfo, 0);
 	for (lease = rl_registry_next(&status, true); lease != NULL;
 		 lease = rl_registry_next(&status, false))
