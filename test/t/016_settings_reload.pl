@@ -254,6 +254,10 @@ like($err, qr/invalid value for parameter "redlock.password"/, 'ALTER DATABASE .
 like($err, qr/invalid value for parameter "redlock.password"/, "a function's SET clause too");
 is(as_role('mon', "SELECT count(*) FROM pg_roles WHERE array_to_string(rolconfig, ' ') LIKE '%password%'"),
 	'0', 'nothing reached pg_roles.rolconfig');
+# (should any of them have been taken, the rest of the test goes on without)
+$pg->psql('postgres', 'ALTER ROLE mon RESET redlock.password');
+$pg->psql('postgres', 'ALTER DATABASE postgres RESET redlock.password');
+$pg->psql('postgres', 'DROP FUNCTION IF EXISTS f()');
 
 # ------------------------------------------------- verify-ca needs a CA file
 
