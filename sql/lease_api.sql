@@ -131,6 +131,19 @@ SELECT pg_temp.outcome($$SELECT redlock_unlock(NULL)$$);
 SELECT pg_temp.outcome($$SELECT redlock_unlock('')$$);
 SELECT pg_temp.outcome(format('SELECT redlock_try_lock(%L)', repeat('x', 513)));
 SELECT pg_temp.outcome(format('SELECT redlock_try_lock(%L)', repeat('é', 257)));
+-- every NULL argument is an error, keep_alive's too, in every signature;
+-- only wait_ms takes NULL (its default: no limit of its own)
+SELECT pg_temp.outcome($$SELECT redlock_try_lock('api:n', 1000, NULL)$$);
+SELECT pg_temp.outcome($$SELECT redlock_try_xact_lock('api:n', 1000, NULL)$$);
+SELECT pg_temp.outcome($$SELECT redlock_lock('api:n', 1000, 0, NULL)$$);
+SELECT pg_temp.outcome($$SELECT redlock_xact_lock('api:n', 1000, 0, NULL)$$);
+SELECT pg_temp.outcome($$SELECT redlock_lock('api:n', NULL, 0, false)$$);
+SELECT pg_temp.outcome($$SELECT redlock_try_xact_lock(NULL, 1000, false)$$);
+SELECT pg_temp.outcome($$SELECT redlock_extend(NULL, 1000)$$);
+SELECT pg_temp.outcome($$SELECT redlock_holder(NULL)$$);
+SELECT count(*) FROM redlock_leases;	-- none was taken
+SELECT redlock_lock('api:n', 1000, NULL) > 0 AS null_wait_ms_is_no_limit;
+SELECT redlock_unlock('api:n');
 -- the limit itself, multi-byte names, and names that look like syntax
 SELECT redlock_try_lock(repeat('x', 512)) > 0 AS at_limit;
 SELECT redlock_try_lock('ключ-日本-🔒') > 0 AS multibyte;
@@ -138,6 +151,28 @@ SELECT redlock_try_lock($$*"'; redis.call('FLUSHALL') --$$) > 0 AS lua_like;
 SELECT redlock_try_lock(E'a\r\n*1\r\n$8\r\nFLUSHALL\r\n') > 0 AS resp_like;
 SELECT count(*) FROM redlock_leases;
 SELECT redlock_unlock_all();
+
+-- lease functions refuse to run in parallel mode, where a function wrongly
+-- marked PARALLEL SAFE takes them: a worker's lease would end with the
+-- worker (debug_parallel_query was force_parallel_mode before 16)
+CREATE FUNCTION wrongly_safe_lock(r text) RETURNS bigint
+LANGUAGE plpgsql PARALLEL SAFE AS $$ BEGIN RETURN redlock_try_lock(r, 5000); END $$;
+CREATE FUNCTION wrongly_safe_unlock(r text) RETURNS boolean
+LANGUAGE plpgsql PARALLEL SAFE AS $$ BEGIN RETURN redlock_unlock(r); END $$;
+SELECT redlock_lock('api:par') > 0 AS got;
+SELECT set_config(CASE WHEN current_setting('server_version_num')::int >= 160000
+                       THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END,
+                  'on', false) AS parallel;
+SELECT pg_temp.outcome($$SELECT wrongly_safe_lock('api:parallel')$$);
+SELECT pg_temp.outcome($$SELECT wrongly_safe_unlock('api:par')$$);
+SELECT pg_temp.outcome($$SELECT wrongly_safe_lock('api:parallel') FROM generate_series(1, 3)$$);
+SELECT set_config(CASE WHEN current_setting('server_version_num')::int >= 160000
+                       THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END,
+                  'off', false) AS parallel;
+SELECT resource FROM redlock_leases ORDER BY 1;
+SELECT wrongly_safe_lock('api:parallel') > 0 AS outside_parallel_mode_it_works;
+SELECT redlock_unlock_all();
+DROP FUNCTION wrongly_safe_lock(text), wrongly_safe_unlock(text);
 
 -- settings: bad values are rejected when set, and the old value stays
 SET redlock.nodes = 'localhost';

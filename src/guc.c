@@ -243,11 +243,66 @@ check_credential(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-static void
-assign_credential(const char *newval, void *extra)
+/*
+ * A setting that decides how the nodes are reached was assigned: a new
+ * value needs new connections, and the leases taken on the old ones are
+ * released (lifecycle.c).  PostgreSQL calls assign hooks on every reload
+ * of the configuration file, for unchanged values too, and when a SET
+ * LOCAL or a function's SET clause ends: only a different value counts.
+ * The variable still holds the value in force while the hook runs.
+ */
+void
+rl_connection_setting_assigned(const char *oldval, const char *newval)
 {
-	/* a new username or password needs new, re-authenticated connections */
-	rl_node_list_generation++;
+	if (strcmp(oldval ? oldval : "", newval ? newval : "") != 0)
+		rl_node_list_generation++;
+}
+
+static void
+assign_username(const char *newval, void *extra)
+{
+	rl_connection_setting_assigned(rl_username, newval);
+}
+
+/*
+ * redlock.password: also refused where it would be stored in a catalog that
+ * every user can read (pg_db_role_setting for ALTER ROLE/DATABASE SET,
+ * pg_proc.proconfig for a function's SET clause): PostgreSQL validates
+ * those values with PGC_S_TEST.
+ */
+static bool
+check_password(char **newval, void **extra, GucSource source)
+{
+	if (source == PGC_S_TEST && *newval != NULL && (*newval)[0] != '\0')
+	{
+		GUC_check_errdetail("ALTER ROLE ... SET, ALTER DATABASE ... SET and a function's SET clause store the value in a catalog that every user can read.");
+		GUC_check_errhint("Set redlock.password in postgresql.conf, with ALTER SYSTEM, or with SET in the session.");
+		return false;
+	}
+	return check_credential(newval, extra, source);
+}
+
+static void
+assign_password(const char *newval, void *extra)
+{
+	rl_connection_setting_assigned(rl_password, newval);
+}
+
+/*
+ * SHOW, current_setting() and pg_settings show the password only to
+ * superusers: members of pg_read_all_settings (pg_monitor) may read
+ * GUC_SUPERUSER_ONLY settings.  GUC_NO_SHOW_ALL keeps it out of pg_settings
+ * and SHOW ALL, whose reset_val and boot_val bypass this hook.  Whether one
+ * is set is shown.
+ */
+static const char *
+show_password(void)
+{
+	if (rl_password == NULL || rl_password[0] == '\0')
+		return "";
+	if (!superuser())
+		return "********";
+	return rl_password;
 }
 
 /*
@@ -404,21 +459,21 @@ rl_define_gucs(void)
 
 	DefineCustomStringVariable("redlock.username",
 							   "Redis ACL user name (empty: the default user).",
-							   NULL,
+							   "Without redlock.password, AUTH is sent with an empty password, which a user with nopass accepts.",
 							   &rl_username,
 							   "",
 							   PGC_SUSET,
 							   0,
-							   check_credential, assign_credential, NULL);
+							   check_credential, assign_username, NULL);
 
 	DefineCustomStringVariable("redlock.password",
 							   "Redis password (AUTH); empty for none.",
-							   NULL,
+							   "Shown only to superusers.",
 							   &rl_password,
 							   "",
 							   PGC_SUSET,
-							   GUC_SUPERUSER_ONLY,
-							   check_credential, assign_credential, NULL);
+							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							   check_password, assign_password, show_password);
 
 	rl_define_net_gucs();
 

@@ -14,6 +14,8 @@
 
 extern const RlNodeList *rl_node_list;	/* NULL or count 0 when unset */
 extern uint64_t rl_node_list_generation;	/* bumped when nodes/auth change */
+extern uint64_t rl_tls_files_serial;	/* bumped when a TLS setting is
+										 * assigned, changed or not */
 extern int	rl_connect_timeout_ms;
 extern int	rl_node_timeout_ms;
 extern double rl_drift_factor;
@@ -48,6 +50,8 @@ extern char *rl_tls_cert_file;
 extern char *rl_tls_key_file;
 
 extern void rl_define_gucs(void);
+extern void rl_connection_setting_assigned(const char *oldval,
+										   const char *newval);
 extern void rl_define_net_gucs(void);
 extern bool rl_parse_node_list(const char *value, RlNodeList *out,
 							   char *errbuf, size_t errlen);

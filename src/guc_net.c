@@ -4,9 +4,11 @@
  *	  The settings for how the nodes are reached: TLS (redlock.tls_*) and
  *	  the DNS servers host names are looked up with (redlock.dns_servers).
  *
- * All are PGC_SUSET.  Changing any of them renews the connections (the
- * node list generation is bumped), so the next call connects with the new
- * TLS context or resolver.
+ * All are PGC_SUSET.  Changing the value of any of them renews the
+ * connections (the node list generation is bumped), so the next call
+ * connects with the new TLS context or resolver; a reload that leaves them
+ * as they were changes nothing but has the TLS files read again for new
+ * connections.
  *
  *-------------------------------------------------------------------------
  */
@@ -20,6 +22,7 @@
 
 char	   *rl_dns_servers = NULL;
 int			rl_tls_mode = RL_TLS_DISABLE;
+uint64_t	rl_tls_files_serial = 0;
 char	   *rl_tls_ca_file = NULL;
 char	   *rl_tls_cert_file = NULL;
 char	   *rl_tls_key_file = NULL;
@@ -56,11 +59,19 @@ check_dns_servers(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-/* The TLS settings take effect on new connections, with a new TLS context. */
+/*
+ * The TLS settings take effect on new connections, with a new TLS context.
+ * Only a different value renews the connections (and releases the leases,
+ * see rl_connection_setting_assigned()); any assignment, a reload of an
+ * unchanged value included, has the files read again for the connections
+ * opened from now on, so that renewed certificates are picked up.
+ */
 static void
 assign_tls_mode(int newval, void *extra)
 {
-	rl_node_list_generation++;
+	if (newval != rl_tls_mode)
+		rl_node_list_generation++;
+	rl_tls_files_serial++;
 }
 
 /*
@@ -114,11 +125,37 @@ check_tls_key_file(char **newval, void **extra, GucSource source)
 	return check_pem_file(newval, "key", "PRIVATE KEY");
 }
 
-/* also for redlock.dns_servers: a new channel comes with new connections */
+/* one of the TLS files is assigned; see assign_tls_mode() */
 static void
-assign_tls_file(const char *newval, void *extra)
+tls_file_assigned(const char *oldval, const char *newval)
 {
-	rl_node_list_generation++;
+	rl_connection_setting_assigned(oldval, newval);
+	rl_tls_files_serial++;
+}
+
+static void
+assign_tls_ca_file(const char *newval, void *extra)
+{
+	tls_file_assigned(rl_tls_ca_file, newval);
+}
+
+static void
+assign_tls_cert_file(const char *newval, void *extra)
+{
+	tls_file_assigned(rl_tls_cert_file, newval);
+}
+
+static void
+assign_tls_key_file(const char *newval, void *extra)
+{
+	tls_file_assigned(rl_tls_key_file, newval);
+}
+
+/* a new resolver channel comes with new connections */
+static void
+assign_dns_servers(const char *newval, void *extra)
+{
+	rl_connection_setting_assigned(rl_dns_servers, newval);
 }
 
 /* Called by rl_define_gucs(). */
@@ -137,12 +174,12 @@ rl_define_net_gucs(void)
 
 	DefineCustomStringVariable("redlock.tls_ca_file",
 							   "CA certificates (PEM) that node certificates are checked against.",
-							   "Empty: the system's default CA store.",
+							   "Needed by verify-ca; empty: verify-full checks against the system's default CA store.",
 							   &rl_tls_ca_file,
 							   "",
 							   PGC_SUSET,
 							   0,
-							   check_tls_ca_file, assign_tls_file, NULL);
+							   check_tls_ca_file, assign_tls_ca_file, NULL);
 
 	DefineCustomStringVariable("redlock.tls_cert_file",
 							   "Client certificate (PEM) presented to the nodes; empty for none.",
@@ -151,7 +188,7 @@ rl_define_net_gucs(void)
 							   "",
 							   PGC_SUSET,
 							   0,
-							   check_tls_cert_file, assign_tls_file, NULL);
+							   check_tls_cert_file, assign_tls_cert_file, NULL);
 
 	DefineCustomStringVariable("redlock.tls_key_file",
 							   "Private key (PEM, unencrypted) of the client certificate.",
@@ -160,7 +197,7 @@ rl_define_net_gucs(void)
 							   "",
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY,
-							   check_tls_key_file, assign_tls_file, NULL);
+							   check_tls_key_file, assign_tls_key_file, NULL);
 
 	DefineCustomStringVariable("redlock.dns_servers",
 							   "DNS servers used to look up node host names, instead of /etc/resolv.conf.",
@@ -169,5 +206,5 @@ rl_define_net_gucs(void)
 							   "",
 							   PGC_SUSET,
 							   GUC_NOT_IN_SAMPLE,
-							   check_dns_servers, assign_tls_file, NULL);
+							   check_dns_servers, assign_dns_servers, NULL);
 }

@@ -8,6 +8,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
@@ -69,6 +70,25 @@ ttl_arg(FunctionCallInfo fcinfo, int argno)
 				 errmsg("ttl_ms must be between %d and %d, not %d",
 						RL_MIN_TTL_MS, RL_MAX_TTL_MS, ttl)));
 	return ttl;
+}
+
+/*
+ * Leases belong to the backend that takes them: one taken in a parallel
+ * worker (through a function wrongly marked PARALLEL SAFE) would be
+ * released when the worker exits, behind its caller's back.  The lease
+ * functions are PARALLEL UNSAFE, so they only run in parallel mode through
+ * such a function: refused there, in the leader too, so that the outcome
+ * does not depend on which process ran the call.
+ */
+static void
+refuse_in_parallel_mode(const char *function)
+{
+	if (IsInParallelMode())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot call %s() during a parallel operation", function),
+				 errdetail("A lease taken or released in a parallel worker belongs to that worker and ends with it."),
+				 errhint("Mark the function that calls %s() PARALLEL UNSAFE.", function)));
 }
 
 /* ---------- error reports ---------- */
@@ -146,11 +166,17 @@ add_hold(RlLease *lease, bool xact)
 	rl_registry_holds_changed(lease);
 }
 
-/* keep_alive argument: absent or NULL means false. */
+/* keep_alive argument: absent (the 1.0 signatures) means false. */
 static bool
 keep_alive_arg(FunctionCallInfo fcinfo, int argno)
 {
-	return PG_NARGS() > argno && !PG_ARGISNULL(argno) && PG_GETARG_BOOL(argno);
+	if (PG_NARGS() <= argno)
+		return false;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("keep_alive must not be NULL")));
+	return PG_GETARG_BOOL(argno);
 }
 
 /* wait_ms argument: NULL or absent means no limit of its own (-1). */
@@ -338,6 +364,7 @@ PG_FUNCTION_INFO_V1(redlock_leases);
 Datum
 redlock_lock(PG_FUNCTION_ARGS)
 {
+	refuse_in_parallel_mode("redlock_lock");
 	PG_RETURN_INT64(acquire(fcinfo, false, false, wait_ms_arg(fcinfo, 2),
 							keep_alive_arg(fcinfo, 3)));
 }
@@ -345,6 +372,7 @@ redlock_lock(PG_FUNCTION_ARGS)
 Datum
 redlock_xact_lock(PG_FUNCTION_ARGS)
 {
+	refuse_in_parallel_mode("redlock_xact_lock");
 	PG_RETURN_INT64(acquire(fcinfo, true, false, wait_ms_arg(fcinfo, 2),
 							keep_alive_arg(fcinfo, 3)));
 }
@@ -352,8 +380,10 @@ redlock_xact_lock(PG_FUNCTION_ARGS)
 Datum
 redlock_try_lock(PG_FUNCTION_ARGS)
 {
-	int64		token = acquire(fcinfo, false, true, -1,
-								keep_alive_arg(fcinfo, 2));
+	int64		token;
+
+	refuse_in_parallel_mode("redlock_try_lock");
+	token = acquire(fcinfo, false, true, -1, keep_alive_arg(fcinfo, 2));
 
 	if (token < 0)
 		PG_RETURN_NULL();
@@ -363,8 +393,10 @@ redlock_try_lock(PG_FUNCTION_ARGS)
 Datum
 redlock_try_xact_lock(PG_FUNCTION_ARGS)
 {
-	int64		token = acquire(fcinfo, true, true, -1,
-								keep_alive_arg(fcinfo, 2));
+	int64		token;
+
+	refuse_in_parallel_mode("redlock_try_xact_lock");
+	token = acquire(fcinfo, true, true, -1, keep_alive_arg(fcinfo, 2));
 
 	if (token < 0)
 		PG_RETURN_NULL();
@@ -379,6 +411,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 	RlRequest	req;
 	int64_t		left_ms;
 
+	refuse_in_parallel_mode("redlock_unlock");
 	rl_resource_arg(fcinfo, 0, resource);
 	rl_nodes_ready();
 
@@ -421,6 +454,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 Datum
 redlock_unlock_all(PG_FUNCTION_ARGS)
 {
+	refuse_in_parallel_mode("redlock_unlock_all");
 	if (rl_registry_count() > 0)
 	{
 		rl_nodes_ready();
@@ -467,6 +501,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 	int64_t		start_us;
 	int64_t		validity_us;
 
+	refuse_in_parallel_mode("redlock_extend");
 	rl_resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
 	rl_nodes_ready();

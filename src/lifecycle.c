@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "storage/ipc.h"
 #include "tcop/utility.h"
@@ -68,12 +69,27 @@ rl_nodes_ready(void)
 					 errmsg_plural("releasing %ld lease held on the previous Redis nodes",
 								   "releasing %ld leases held on the previous Redis nodes",
 								   n, n),
-					 errdetail("redlock.nodes or the Redis credentials changed; leases cannot be kept across such a change.")));
+					 errdetail("redlock.nodes, the Redis credentials, or the TLS or DNS settings changed; leases cannot be kept across such a change.")));
 			(void) rl_registry_release(RL_DROP_ALL, InvalidSubTransactionId, true);
 			rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
 		}
 		rl_nodes_apply_config();
 	}
+
+	/*
+	 * verify-ca with no CA file of its own would trust any publicly issued
+	 * certificate (no name is checked): refused at connect (node_tls.c),
+	 * and here with the whole story.  The background workers only see the
+	 * nodes fail.
+	 */
+	if (rl_tls_mode == RL_TLS_VERIFY_CA &&
+		(rl_tls_ca_file == NULL || rl_tls_ca_file[0] == '\0') &&
+		!IsBackgroundWorker)
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_CONFIG),
+				 errmsg("redlock.tls_mode \"verify-ca\" needs redlock.tls_ca_file"),
+				 errdetail("verify-ca checks that a trusted CA signed a node's certificate, not the name in it; with the system's CA store, any publicly issued certificate would pass."),
+				 errhint("Set redlock.tls_ca_file to the CA that signs the nodes' certificates, or use redlock.tls_mode = 'verify-full'.")));
 
 	if (rl_nodes_count() == 0 && rl_nodes_rejected_reason() != NULL)
 		ereport(ERROR,

@@ -184,7 +184,13 @@ rl_nodes_apply_config(void)
 {
 	rl_nodes_disconnect_all();
 	for (int i = 0; i < rl_nnodes; i++)
+	{
 		pipeline_forget_kept(&rl_nodes[i]);
+		/* a closed connection keeps a small output buffer: free it */
+		free(rl_nodes[i].obuf);
+		rl_nodes[i].obuf = NULL;
+		rl_nodes[i].ocap = 0;
+	}
 	rl_nnodes = 0;
 	if (rl_node_list != NULL)
 	{
@@ -294,7 +300,13 @@ node_connect(RlNode *node, RlRequest *req)
 	node->addr_error[0] = '\0';
 	rl_wes_stale = true;
 
-	if (rl_password != NULL && rl_password[0] != '\0')
+	/*
+	 * AUTH [username] password.  A user name without a password is sent
+	 * with an empty one, as redis-py does: an ACL user with nopass accepts
+	 * it, any other refuses it with WRONGPASS.
+	 */
+	if ((rl_password != NULL && rl_password[0] != '\0') ||
+		(rl_username != NULL && rl_username[0] != '\0'))
 	{
 		const char *argv[3];
 		size_t		argvlen[3];
@@ -302,6 +314,7 @@ node_connect(RlNode *node, RlRequest *req)
 		char	   *cmd;
 		int			len;
 		bool		ok;
+		const char *password = rl_password != NULL ? rl_password : "";
 
 		argv[argc] = "AUTH";
 		argvlen[argc++] = 4;
@@ -310,8 +323,8 @@ node_connect(RlNode *node, RlRequest *req)
 			argv[argc] = rl_username;
 			argvlen[argc++] = strlen(rl_username);
 		}
-		argv[argc] = rl_password;
-		argvlen[argc++] = strlen(rl_password);
+		argv[argc] = password;
+		argvlen[argc++] = strlen(password);
 		len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
 		ok = len > 0 && sock_append(node, cmd, len) &&
 			pipeline_owe(node, RL_TAG_AUTH);

@@ -5,8 +5,9 @@
  *	  non-blocking handshake, and reading and writing through a session.
  *
  * The context (CA, client certificate and key, what is verified) is built
- * once per backend, on the first TLS connect, and built again when a TLS
- * setting changed.  The handshake runs in the round's wait loop: what
+ * once per backend, on the first TLS connect, and built again for the next
+ * connect after a TLS setting was assigned (a reload of unchanged settings
+ * included: renewed files are read; open connections stay).  The handshake runs in the round's wait loop: what
  * OpenSSL wants next (SSL_ERROR_WANT_READ, _WANT_WRITE) becomes the socket
  * event the node waits for, so the handshake counts against
  * connect_timeout and is interrupted like everything else.
@@ -32,6 +33,7 @@
 
 static SSL_CTX *rl_ssl_ctx = NULL;
 static uint64_t rl_ssl_ctx_generation = 0;	/* settings it was built with */
+static uint64_t rl_ssl_ctx_files_serial = 0;	/* ... and files it read */
 static char rl_ssl_ctx_error[160];	/* why it could not be built, or "" */
 
 /* Key files must not be encrypted: never prompt on a terminal. */
@@ -75,6 +77,19 @@ build_context(void)
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
 					 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+
+	/*
+	 * verify-ca checks no name: with the system's CA store, any publicly
+	 * issued certificate would pass.  libpq 16 likewise refuses
+	 * sslrootcert=system below verify-full.
+	 */
+	if (rl_tls_mode == RL_TLS_VERIFY_CA &&
+		(rl_tls_ca_file == NULL || rl_tls_ca_file[0] == '\0'))
+	{
+		snprintf(rl_ssl_ctx_error, sizeof(rl_ssl_ctx_error),
+				 "redlock.tls_mode verify-ca needs redlock.tls_ca_file");
+		goto fail;
+	}
 
 	if (rl_tls_mode >= RL_TLS_VERIFY_CA)
 	{
@@ -141,13 +156,15 @@ fail:
 static SSL_CTX *
 tls_context(char *err, size_t errlen)
 {
-	if (rl_ssl_ctx_generation != rl_node_list_generation)
+	if (rl_ssl_ctx_generation != rl_node_list_generation ||
+		rl_ssl_ctx_files_serial != rl_tls_files_serial)
 	{
 		if (rl_ssl_ctx != NULL)
 			SSL_CTX_free(rl_ssl_ctx);
 		rl_ssl_ctx = NULL;
 		rl_ssl_ctx_error[0] = '\0';
 		rl_ssl_ctx_generation = rl_node_list_generation;
+		rl_ssl_ctx_files_serial = rl_tls_files_serial;
 		(void) build_context();
 	}
 	if (rl_ssl_ctx == NULL)

@@ -57,13 +57,27 @@ typedef struct RlNodeList
 	RlNodeAddr	nodes[RL_MAX_NODES];
 } RlNodeList;
 
-/* Monotonic clock in microseconds, for deadlines and lease validity. */
+/*
+ * The clock of every deadline and lease validity, in microseconds: the
+ * time the Redis nodes' PX timers run, whatever happens to this machine.
+ * CLOCK_MONOTONIC stops while the system is suspended (Linux), so a lease
+ * would seem to have time left that the nodes' timers have already spent;
+ * CLOCK_BOOTTIME counts the suspension too.  Both are the same for every
+ * process, so the lock table in shared memory can hold their values.
+ * Where there is no CLOCK_BOOTTIME, CLOCK_MONOTONIC.
+ */
+#ifdef CLOCK_BOOTTIME
+#define RL_LEASE_CLOCK		CLOCK_BOOTTIME
+#else
+#define RL_LEASE_CLOCK		CLOCK_MONOTONIC
+#endif
+
 static inline int64_t
 rl_now_us(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(RL_LEASE_CLOCK, &ts);
 	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
