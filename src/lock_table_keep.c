@@ -51,7 +51,7 @@ rl_lock_table_keepalive_nodes(uint64_t nodes)
 /*
  * A lock call asks for keep_alive: raise unless a keep-alive worker runs on
  * this server's node list, the one this session uses.  A worker that is
- * (re)starting is waited for a little.
+ * (re)starting, or has yet to apply a reload, is waited for a little.
  */
 void
 rl_lock_table_keep_alive_check(void)
@@ -66,7 +66,7 @@ rl_lock_table_keep_alive_check(void)
 		running = rl_table->worker_procno[RL_WORKER_KEEPALIVE] >= 0;
 		theirs = rl_table->keepalive_nodes;
 		LWLockRelease(rl_table->lock);
-		if ((running && theirs != 0) || waited >= RL_KEEPALIVE_WORKER_WAIT_MS)
+		if ((running && theirs == mine) || waited >= RL_KEEPALIVE_WORKER_WAIT_MS)
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 10, rl_wait_event_lease());
