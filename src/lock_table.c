@@ -119,6 +119,32 @@ rl_my_procno(void)
 #endif
 }
 
+/*
+ * This process's node list, as a number for the slots: the same for every
+ * list of the same nodes, in any order (sums of FNV-1a hashes of the
+ * names); 0 for none.  Which lock a key names depends on the nodes, not on
+ * their order (a handoff, which settles votes node by node, also needs the
+ * same order: rl_nodes_fingerprint()).
+ */
+uint64_t
+rl_lock_table_nodes(void)
+{
+	uint64_t	sum = 0;
+
+	for (int i = 0; i < rl_nodes_count(); i++)
+	{
+		uint64_t	hash = UINT64CONST(14695981039346656037);
+
+		for (const unsigned char *c = (const unsigned char *) rl_node_name(i); *c; c++)
+		{
+			hash ^= *c;
+			hash *= UINT64CONST(1099511628211);
+		}
+		sum += hash;
+	}
+	return sum;
+}
+
 Latch *
 rl_latch_of(int procno)
 {
@@ -182,7 +208,7 @@ int
 rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
 {
 	int			n = 0;
-	uint64_t	nodes = rl_nodes_fingerprint();
+	uint64_t	nodes = rl_lock_table_nodes();
 
 	if (rl_table == NULL)
 		return 0;
@@ -252,7 +278,7 @@ rl_lock_table_enter(const char *resource, const char *key)
 		s->procno = rl_my_procno();
 		s->dbid = MyDatabaseId;
 		s->userid = GetSessionUserId();
-		s->nodes = rl_nodes_fingerprint();
+		s->nodes = rl_lock_table_nodes();
 		s->wait_seq = rl_table->next_seq++;
 		s->waitstart = GetCurrentTimestamp();
 		strlcpy(s->resource, resource, sizeof(s->resource));
@@ -360,7 +386,7 @@ rl_first_waiter_on(const char *key, uint64_t nodes, int skip)
 int
 rl_first_waiter(const char *key, int skip)
 {
-	return rl_first_waiter_on(key, rl_nodes_fingerprint(), skip);
+	return rl_first_waiter_on(key, rl_lock_table_nodes(), skip);
 }
 
 /*
@@ -414,7 +440,7 @@ int64_t
 rl_lock_table_holder_expiry(const char *key)
 {
 	int64_t		expiry = 0;
-	uint64_t	nodes = rl_nodes_fingerprint();
+	uint64_t	nodes = rl_lock_table_nodes();
 
 	if (rl_table == NULL)
 		return 0;

@@ -45,7 +45,7 @@ typedef struct RlSlot
 	int			procno;			/* whose latch to set */
 	Oid			dbid;
 	Oid			userid;			/* the session user, as in pg_stat_activity */
-	uint64_t	nodes;			/* its backend's rl_nodes_fingerprint(): only
+	uint64_t	nodes;			/* its backend's rl_lock_table_nodes(): only
 								 * slots on the same nodes meet (a database
 								 * or role may have a node list of its own) */
 	uint64		wait_seq;		/* order of arrival, for first come first
@@ -100,7 +100,8 @@ typedef struct RlLockTable
 	int			worker_procno[RL_NWORKERS];	/* each worker's, or -1 */
 	uint64_t	wakeup_nodes;	/* the wake-up worker's node list
 								 * (rl_nodes_fingerprint()), or 0 */
-	uint64_t	keepalive_nodes;	/* the keep-alive worker's, or 0 */
+	uint64_t	keepalive_nodes;	/* the keep-alive worker's
+									 * rl_lock_table_nodes(), or 0 */
 	uint64		next_seq;
 	int			nslots;
 	RlSlot		slots[FLEXIBLE_ARRAY_MEMBER];

@@ -14,7 +14,8 @@
  * and while rounds overlap each records the smallest of theirs: a won round
  * sets the validity to that minimum, one not won can only lower it.  A
  * shorter TTL given by redlock_extend becomes the lease's TTL: the worker
- * goes on extending with it, every third of it.
+ * goes on extending with it, every third of it (sooner when overlapping
+ * rounds left a shorter validity).
  *
  * The worker only extends leases taken on its own node list; a backend
  * whose database or role sets other nodes cannot ask for keep-alive
@@ -56,7 +57,7 @@ rl_lock_table_keepalive_nodes(uint64_t nodes)
 void
 rl_lock_table_keep_alive_check(void)
 {
-	uint64_t	mine = rl_nodes_fingerprint();
+	uint64_t	mine = rl_lock_table_nodes();
 	uint64_t	theirs = 0;
 	bool		running = false;
 
@@ -112,6 +113,18 @@ round_end(RlSlot *s, bool won)
 		s->valid_until_us = Min(s->valid_until_us, s->rounds_floor_us);
 }
 
+/*
+ * When the worker extends the lease next: a third of its TTL from now, or
+ * sooner when overlapping rounds left it a shorter validity.
+ */
+static int64_t
+next_extension(const RlSlot *s, int64_t now)
+{
+	int64_t		third = (int64_t) s->ttl_ms * 1000 / 3;
+
+	return now + Max(Min(third, (s->valid_until_us - now) / 3), 1000);
+}
+
 /* Lock held: mark the slot's lease lost, and wake its first waiter. */
 static int
 mark_lost(RlSlot *s, int64_t now)
@@ -165,7 +178,7 @@ rl_lock_table_extend_end(int slot, int ttl_ms, bool won)
 	if (won)
 	{
 		s->ttl_ms = ttl_ms;
-		s->next_extend_us = rl_now_us() + (int64_t) ttl_ms * 1000 / 3;
+		s->next_extend_us = next_extension(s, rl_now_us());
 	}
 	keep = s->keep_alive && !s->lost;
 	until = s->lost ? 0 : s->valid_until_us;
@@ -220,7 +233,7 @@ rl_lock_table_due(RlKeepAlive *due, int max, int64_t *next_us)
 {
 	int			n = 0;
 	int64_t		now = rl_now_us();
-	uint64_t	nodes = rl_nodes_fingerprint();
+	uint64_t	nodes = rl_lock_table_nodes();
 	int			wake[RL_EXTEND_CHUNK];
 	int			nwake = 0;
 
@@ -294,7 +307,7 @@ rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome)
 		s->worker_round = false;
 		round_end(s, outcome == RL_KEEP_EXTENDED);
 		if (outcome == RL_KEEP_EXTENDED)
-			s->next_extend_us = now + (int64_t) s->ttl_ms * 1000 / 3;
+			s->next_extend_us = next_extension(s, now);
 		else if (outcome == RL_KEEP_RETRY &&
 				 s->valid_until_us > now + (int64_t) s->ttl_ms * 100)
 			s->next_extend_us = now + Max((int64_t) s->ttl_ms * 100, 10000);

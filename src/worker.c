@@ -214,7 +214,7 @@ redlock_worker_main(Datum main_arg)
 		if (rl_worker_nodes_configured())
 			rl_nodes_ready();
 		rl_lock_table_keepalive_nodes(rl_worker_nodes_configured() ?
-									  rl_nodes_fingerprint() : 0);
+									  rl_lock_table_nodes() : 0);
 
 		n = rl_lock_table_due(due, RL_EXTEND_CHUNK, &next_us);
 		if (n > 0)
