@@ -24,6 +24,7 @@ OBJS = \
 	src/handoff.o \
 	src/handoff_remote.o \
 	src/lock_table.o \
+	src/lock_table_keep.o \
 	src/locks_view.o \
 	src/wait_events.o \
 	src/worker.o \

@@ -104,11 +104,16 @@ SELECT redlock_extend('api:e', 20000) BETWEEN 19000 AND 20000 AS extended;
 SELECT validity_ms > 19000 AS longer FROM redlock_leases WHERE resource = 'api:e';
 SELECT redlock_unlock('api:e');
 SELECT pg_temp.outcome($$SELECT redlock_extend('api:none', 1000)$$);
--- a lease that ran out cannot be extended: it is lost
+-- a lease that ran out cannot be extended: it is lost, and keeps its hold
+-- (as for re-locking) until it is unlocked
 SELECT redlock_lock('api:short', 50) > 0 AS got;
 SELECT pg_sleep(0.1);
 SELECT validity_ms FROM redlock_leases WHERE resource = 'api:short';
 SELECT pg_temp.outcome($$SELECT redlock_extend('api:short', 1000)$$);
+SELECT holds, validity_ms FROM redlock_leases WHERE resource = 'api:short';
+\set VERBOSITY terse
+SELECT redlock_unlock('api:short');
+\set VERBOSITY default
 SELECT count(*) FROM redlock_leases;
 -- re-locking an expired lease takes a new grant with a greater token
 SELECT redlock_lock('api:short', 50) AS s1 \gset

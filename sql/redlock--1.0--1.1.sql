@@ -74,7 +74,8 @@ GRANT EXECUTE ON FUNCTION
     redlock_try_xact_lock(text, integer, boolean)
     TO redlock_user;
 
--- redlock_leases shows keep-alive leases and whether the worker lost one.
+-- redlock_leases shows keep-alive leases, whether the worker lost one, and
+-- whether it stopped extending one at redlock.keep_alive_limit.
 DROP VIEW redlock_leases;
 DROP FUNCTION redlock_leases();
 CREATE FUNCTION redlock_leases(
@@ -84,7 +85,8 @@ CREATE FUNCTION redlock_leases(
     OUT holds integer,
     OUT validity_ms integer,
     OUT keep_alive boolean,
-    OUT lost boolean)
+    OUT lost boolean,
+    OUT limit_reached boolean)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_leases'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
@@ -94,7 +96,9 @@ CREATE VIEW redlock_leases AS
 GRANT SELECT ON redlock_leases TO PUBLIC;
 
 -- Every lease held or awaited by every backend of this server, like
--- pg_locks (needs redlock in shared_preload_libraries).
+-- pg_locks (needs redlock in shared_preload_libraries).  usesysid is the
+-- session user, as in pg_stat_activity; key is the whole Redis key, which
+-- tells apart databases with different redlock.key_prefix values.
 CREATE FUNCTION redlock_locks(
     OUT pid integer,
     OUT datid oid,
@@ -107,15 +111,17 @@ CREATE FUNCTION redlock_locks(
     OUT granted_at timestamptz,
     OUT valid_until timestamptz,
     OUT keep_alive boolean,
-    OUT lost boolean)
+    OUT lost boolean,
+    OUT key text,
+    OUT limit_reached boolean)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_locks'
 LANGUAGE C VOLATILE PARALLEL SAFE;
 
 CREATE VIEW redlock_locks AS
     SELECT l.pid, l.datid, d.datname, l.usesysid, r.rolname AS usename,
-           l.resource, l.granted, l.token, l.scope, l.waitstart,
-           l.granted_at, l.valid_until, l.keep_alive, l.lost
+           l.resource, l.key, l.granted, l.token, l.scope, l.waitstart,
+           l.granted_at, l.valid_until, l.keep_alive, l.lost, l.limit_reached
       FROM redlock_locks() l
       LEFT JOIN pg_database d ON d.oid = l.datid
       LEFT JOIN pg_roles r ON r.oid = l.usesysid;
@@ -126,7 +132,8 @@ GRANT SELECT ON redlock_locks TO redlock_user, pg_monitor;
 
 -- Who holds a resource, as each node that has its lock says, whichever
 -- server sharing the nodes took it: the lock's value names the holder's
--- server (system identifier), database and process.
+-- server (system identifier), database and process, and key the Redis key
+-- asked for (redlock.key_prefix of this session).
 CREATE FUNCTION redlock_holder(
     resource text,
     OUT node text,
@@ -134,7 +141,8 @@ CREATE FUNCTION redlock_holder(
     OUT datid oid,
     OUT pid integer,
     OUT remaining_ms integer,
-    OUT this_server boolean)
+    OUT this_server boolean,
+    OUT key text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_holder'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -184,8 +184,8 @@ redlock_holder(PG_FUNCTION_ARGS)
 	for (int i = 0; i < req.nnodes; i++)
 	{
 		const char *answer = req.results[i].reply_text;
-		Datum		values[6];
-		bool		nulls[6] = {0};
+		Datum		values[7];
+		bool		nulls[7] = {0};
 		char		owner[RL_OWNER_LEN + 1];
 		uint64		sysid;
 		unsigned int dbid;
@@ -214,6 +214,7 @@ redlock_holder(PG_FUNCTION_ARGS)
 		else
 			nulls[4] = true;
 		values[5] = BoolGetDatum(!nulls[1] && (uint64) DatumGetInt64(values[1]) == GetSystemIdentifier());
+		values[6] = CStringGetTextDatum(key);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

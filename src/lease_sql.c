@@ -227,6 +227,8 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 				 errdetail("Leases are kept alive by a background worker, which only runs when redlock is preloaded."),
 				 errhint("Add redlock to shared_preload_libraries and restart the server, or extend the lease with redlock_extend().")));
 	rl_nodes_ready();
+	if (keep_alive)
+		rl_lock_table_keep_alive_check();
 
 	lease = rl_registry_find(resource);
 	if (lease != NULL && lease->state == RL_LEASE_RELEASING)
@@ -316,11 +318,8 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 						 errhint("Use a longer TTL.")));
 			}
 			rl_stats_count(RL_STAT_REFUSED_HELD);
+			/* an expired lease we could not renew keeps its holds */
 			rl_registry_end_acquire(NULL);
-			/* an expired lease we could not renew is gone, holds and all */
-			lease = rl_registry_find(resource);
-			if (lease != NULL)
-				rl_registry_forget(lease);
 			return -1;
 		}
 		if (rl_wait_turn(&waiter, &req, &announced, &grant))
@@ -464,25 +463,28 @@ redlock_unlock_all(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* The lease is lost: drop it, then raise RL003. */
+/*
+ * The lease is lost: it never counts as valid again and its value is taken
+ * off the nodes, but its holds stay, as for a lease that ran out, until
+ * they are dropped (redlock_unlock then warns that it had expired) or a
+ * lock call takes it again.  Raises RL003.
+ */
 static void
 lease_lost(RlLease *lease, const char *resource, const char *why,
 		   const RlRequest *extend_req)
 {
 	StringInfoData detail;
 	RlRequest	req;
-	int64		token = lease->token;
+	RlReleaseItem item = {lease->key, lease->keylen, lease->owner};
 
 	initStringInfo(&detail);
 	appendStringInfo(&detail, "Its fencing token %lld may have been superseded.",
-					 (long long) token);
+					 (long long) lease->token);
 	if (extend_req != NULL)
 		rl_describe_nodes(&detail, extend_req);
 	rl_stats_count(RL_STAT_EXTEND_FAILURES);
-	ereport(LOG,
-			(errmsg("redlock: lease on \"%s\" was lost on extend: %s", resource, why)));
-	lease->session_holds = lease->xact_holds = 0;
-	(void) rl_registry_release_one(lease, false, &req);
+	rl_registry_expired(lease);
+	rl_proto_release(&item, 1, false, false, 0, NULL, &req);
 	ereport(ERROR,
 			(errcode(ERRCODE_REDLOCK_LEASE_LOST),
 			 errmsg("lease on \"%s\" was lost: %s", resource, why),
@@ -500,6 +502,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 	RlDecision	decision;
 	int64_t		start_us;
 	int64_t		validity_us;
+	int64_t		until;
 
 	refuse_in_parallel_mode("redlock_extend");
 	rl_resource_arg(fcinfo, 0, resource);
@@ -515,25 +518,45 @@ redlock_extend(PG_FUNCTION_ARGS)
 	if (rl_registry_valid_until(lease) <= rl_now_us())
 		lease_lost(lease, resource, "it expired before it was extended", NULL);
 
-	decision = rl_proto_extend(lease->key, lease->keylen, lease->owner, ttl_ms,
-							   &start_us, &req);
+	/*
+	 * The keep-alive worker may extend the same lease meanwhile: the lock
+	 * table merges the two rounds (lock_table_keep.c).
+	 */
+	rl_lock_table_extend_begin(lease->shm_slot, ttl_ms);
+	PG_TRY();
+	{
+		decision = rl_proto_extend(lease->key, lease->keylen, lease->owner,
+								   ttl_ms, &start_us, &req);
+	}
+	PG_CATCH();
+	{
+		(void) rl_lock_table_extend_end(lease->shm_slot, ttl_ms, false);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	validity_us = rl_validity_us(ttl_ms, rl_now_us() - start_us, rl_drift_factor);
+	until = rl_lock_table_extend_end(lease->shm_slot, ttl_ms,
+									 decision == RL_WON && validity_us > 0);
+	if (until < 0)				/* no lock table: this round alone */
+		until = start_us + (int64_t) ttl_ms * 1000 -
+			rl_drift_us(ttl_ms, rl_drift_factor);
+
 	if (decision == RL_UNAVAILABLE)
 	{
 		rl_stats_count(RL_STAT_EXTEND_FAILURES);
 		report_unavailable(resource, &req, true);
 	}
-
-	validity_us = rl_validity_us(ttl_ms, rl_now_us() - start_us, rl_drift_factor);
 	if (decision != RL_WON)
 		lease_lost(lease, resource, "a majority of nodes no longer has it", &req);
 	if (validity_us <= 0)
 		lease_lost(lease, resource, "extending took longer than the new TTL", &req);
+	validity_us = until - rl_now_us();
+	if (validity_us <= 0)
+		lease_lost(lease, resource, "the keep-alive worker lost it meanwhile", &req);
 
 	rl_stats_count(RL_STAT_EXTENDS);
 	lease->ttl_ms = ttl_ms;
-	lease->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
-		rl_drift_us(ttl_ms, rl_drift_factor);
-	rl_registry_holds_changed(lease);
+	lease->valid_until_us = until;
 	PG_RETURN_INT32((int32) (validity_us / 1000));
 }
 
@@ -549,8 +572,8 @@ redlock_leases(PG_FUNCTION_ARGS)
 	for (lease = rl_registry_next(&status, true); lease != NULL;
 		 lease = rl_registry_next(&status, false))
 	{
-		Datum		values[7];
-		bool		nulls[7] = {0};
+		Datum		values[8];
+		bool		nulls[8] = {0};
 		const char *scope;
 
 		if (lease->state != RL_LEASE_HELD)
@@ -569,6 +592,8 @@ redlock_leases(PG_FUNCTION_ARGS)
 		values[4] = Int32GetDatum((int32) Max((rl_registry_valid_until(lease) - now) / 1000, 0));
 		values[5] = BoolGetDatum(lease->keep_alive);
 		values[6] = BoolGetDatum(lease->keep_alive && rl_registry_valid_until(lease) == 0);
+		values[7] = BoolGetDatum(lease->keep_alive &&
+								 rl_lock_table_limit_reached(lease->shm_slot));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -19,8 +19,16 @@
  * (at the local holder's expiry, and after a bounded delay), so a missed
  * wake-up costs latency, never liveness.
  *
+ * Each slot carries the fingerprint of its backend's node list: a database
+ * or role may set redlock.nodes of its own, and the same lock key on other
+ * nodes is another lock.  Holders and waiters only meet (wait behind each
+ * other, hand over, wake each other) on the same nodes.
+ *
  * Removing a slot is used on the commit, abort and exit paths: it takes an
  * LWLock and sets a latch, and raises nothing.
+ *
+ * The keep-alive side of the table (extension rounds, the worker's due
+ * leases) is in lock_table_keep.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -111,6 +119,32 @@ rl_my_procno(void)
 #endif
 }
 
+/*
+ * This process's node list, as a number for the slots: the same for every
+ * list of the same nodes, in any order (sums of FNV-1a hashes of the
+ * names); 0 for none.  Which lock a key names depends on the nodes, not on
+ * their order (a handoff, which settles votes node by node, also needs the
+ * same order: rl_nodes_fingerprint()).
+ */
+uint64_t
+rl_lock_table_nodes(void)
+{
+	uint64_t	sum = 0;
+
+	for (int i = 0; i < rl_nodes_count(); i++)
+	{
+		uint64_t	hash = UINT64CONST(14695981039346656037);
+
+		for (const unsigned char *c = (const unsigned char *) rl_node_name(i); *c; c++)
+		{
+			hash ^= *c;
+			hash *= UINT64CONST(1099511628211);
+		}
+		sum += hash;
+	}
+	return sum;
+}
+
 Latch *
 rl_latch_of(int procno)
 {
@@ -131,7 +165,11 @@ rl_lock_table_set_worker(RlWorkerRole role, bool running)
 	rl_table->worker_procno[role] = running ? rl_my_procno() : -1;
 	if (role == RL_WORKER_WAKEUP && !running)
 		rl_table->wakeup_nodes = 0;	/* nobody gathers remote handoffs */
+	if (role == RL_WORKER_KEEPALIVE && !running)
+		rl_table->keepalive_nodes = 0;	/* nobody keeps leases alive */
 	LWLockRelease(rl_table->lock);
+	if (role == RL_WORKER_KEEPALIVE && !running)
+		rl_lock_table_worker_gone();
 }
 
 /* The slot's backend waits: the wake-up worker listens for its key. */
@@ -163,12 +201,14 @@ rl_lock_table_wake_worker(RlWorkerRole role)
 
 /*
  * For the wake-up worker: the distinct lock keys that backends of this
- * server wait for, up to max, in keys[] (each RL_KEY_MAX + 1 bytes).
+ * server wait for on its nodes, up to max, in keys[] (each RL_KEY_MAX + 1
+ * bytes).
  */
 int
 rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
 {
 	int			n = 0;
+	uint64_t	nodes = rl_lock_table_nodes();
 
 	if (rl_table == NULL)
 		return 0;
@@ -178,7 +218,7 @@ rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
 		RlSlot	   *s = &rl_table->slots[i];
 		bool		seen = false;
 
-		if (!s->in_use || s->granted || !s->waiting)
+		if (!s->in_use || s->granted || !s->waiting || s->nodes != nodes)
 			continue;
 		for (int k = 0; k < n && !seen; k++)
 			seen = strcmp(keys[k], s->key) == 0;
@@ -191,7 +231,7 @@ rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
 
 /*
  * A lease on key was released on some server (the wake-up worker heard it
- * from a node): wake the first waiter for it here.
+ * from a node of its own): wake the first waiter for it here.
  */
 void
 rl_lock_table_wake_key(const char *key, size_t keylen)
@@ -237,7 +277,8 @@ rl_lock_table_enter(const char *resource, const char *key)
 		s->pid = MyProcPid;
 		s->procno = rl_my_procno();
 		s->dbid = MyDatabaseId;
-		s->userid = GetUserId();
+		s->userid = GetSessionUserId();
+		s->nodes = rl_lock_table_nodes();
 		s->wait_seq = rl_table->next_seq++;
 		s->waitstart = GetCurrentTimestamp();
 		strlcpy(s->resource, resource, sizeof(s->resource));
@@ -279,6 +320,7 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 	s->ttl_ms = g->ttl_ms;
 	s->next_extend_us = now + (int64_t) g->ttl_ms * 1000 / 3;
 	s->keep_until_us = now + (int64_t) rl_keep_alive_limit_s * 1000000;
+	s->keep_limit_s = rl_keep_alive_limit_s;
 	strlcpy(s->owner, g->owner, sizeof(s->owner));
 	strlcpy(s->key, g->key, sizeof(s->key));
 	s->remote = RL_REMOTE_NONE;
@@ -288,10 +330,12 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 		rl_lock_table_wake_worker(RL_WORKER_KEEPALIVE);
 }
 
-/* Holds, validity (an extend) or keep-alive changed. */
+/*
+ * Holds or keep-alive changed.  (An extension's validity is recorded by
+ * rl_lock_table_extend_end.)
+ */
 void
-rl_lock_table_update(int slot, int scopes, int64_t valid_until_us,
-					 int ttl_ms, bool keep_alive)
+rl_lock_table_update(int slot, int scopes, bool keep_alive)
 {
 	RlSlot	   *s;
 	bool		wake;
@@ -301,17 +345,13 @@ rl_lock_table_update(int slot, int scopes, int64_t valid_until_us,
 	s = &rl_table->slots[slot];
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	s->scopes = scopes;
-	if (valid_until_us > s->valid_until_us)
-	{
-		s->valid_until_us = valid_until_us;
-		s->ttl_ms = ttl_ms;
-		s->next_extend_us = rl_now_us() + (int64_t) ttl_ms * 1000 / 3;
-	}
 	wake = keep_alive && !s->keep_alive;
 	if (wake)
 	{
 		s->keep_alive = true;
 		s->keep_until_us = rl_now_us() + (int64_t) rl_keep_alive_limit_s * 1000000;
+		s->keep_limit_s = rl_keep_alive_limit_s;
+		s->limit_reached = false;
 	}
 	LWLockRelease(rl_table->lock);
 	if (wake)
@@ -319,101 +359,13 @@ rl_lock_table_update(int slot, int scopes, int64_t valid_until_us,
 }
 
 /*
- * A keep-alive lease's validity as the worker keeps it: its monotonic end,
- * or 0 when the worker failed to extend it (lost).
- */
-int64_t
-rl_lock_table_valid_until(int slot)
-{
-	int64_t		until;
-
-	if (rl_table == NULL || slot < 0)
-		return 0;
-	LWLockAcquire(rl_table->lock, LW_SHARED);
-	until = rl_table->slots[slot].lost ? 0 : rl_table->slots[slot].valid_until_us;
-	LWLockRelease(rl_table->lock);
-	return until;
-}
-
-/*
- * For the worker: copy up to max keep-alive leases due for extension into
- * due[]; returns how many, and sets *next_us to when the next one is due.
+ * The first waiter for a lock key on the given nodes other than skip, or
+ * -1.  Lock held.  By key, not resource name: sessions with different
+ * redlock.key_prefix values wait for different locks; and by node list:
+ * the same key on other nodes is another lock.
  */
 int
-rl_lock_table_due(RlKeepAlive *due, int max, int64_t *next_us)
-{
-	int			n = 0;
-	int64_t		now = rl_now_us();
-
-	*next_us = now + 1000000;
-	if (rl_table == NULL)
-		return 0;
-	LWLockAcquire(rl_table->lock, LW_SHARED);
-	for (int i = 0; i < rl_table->nslots; i++)
-	{
-		RlSlot	   *s = &rl_table->slots[i];
-
-		if (!s->in_use || !s->granted || !s->keep_alive || s->lost ||
-			now >= s->keep_until_us)
-			continue;
-		if (s->next_extend_us > now || n == max)
-		{
-			*next_us = Min(*next_us, s->next_extend_us);
-			continue;
-		}
-		due[n].slot = i;
-		due[n].pid = s->pid;
-		due[n].ttl_ms = s->ttl_ms;
-		strlcpy(due[n].owner, s->owner, sizeof(due[n].owner));
-		strlcpy(due[n].key, s->key, sizeof(due[n].key));
-		strlcpy(due[n].resource, s->resource, sizeof(due[n].resource));
-		n++;
-	}
-	LWLockRelease(rl_table->lock);
-	return n;
-}
-
-/*
- * For the worker: record the outcome of an extension, if the slot still
- * holds the same lease.
- */
-bool
-rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome,
-					   int64_t valid_until_us)
-{
-	RlSlot	   *s;
-	int64_t		now = rl_now_us();
-	bool		lost = false;
-
-	if (rl_table == NULL)
-		return false;
-	s = &rl_table->slots[k->slot];
-	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	if (s->in_use && s->granted && s->pid == k->pid &&
-		strcmp(s->owner, k->owner) == 0)
-	{
-		if (outcome == RL_KEEP_EXTENDED)
-		{
-			s->valid_until_us = Max(s->valid_until_us, valid_until_us);
-			s->next_extend_us = now + (int64_t) s->ttl_ms * 1000 / 3;
-		}
-		else if (outcome == RL_KEEP_RETRY &&
-				 s->valid_until_us > now + (int64_t) s->ttl_ms * 100)
-			s->next_extend_us = now + Max((int64_t) s->ttl_ms * 100, 10000);
-		else
-			lost = s->lost = true;
-	}
-	LWLockRelease(rl_table->lock);
-	return lost;
-}
-
-/*
- * The first waiter for a lock key other than skip, or -1.  Lock held.  By
- * key, not resource name: sessions with different redlock.key_prefix values
- * wait for different locks.
- */
-int
-rl_first_waiter(const char *key, int skip)
+rl_first_waiter_on(const char *key, uint64_t nodes, int skip)
 {
 	int			first = -1;
 
@@ -421,13 +373,20 @@ rl_first_waiter(const char *key, int skip)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
-		if (!s->in_use || s->granted || i == skip ||
+		if (!s->in_use || s->granted || i == skip || s->nodes != nodes ||
 			strcmp(s->key, key) != 0)
 			continue;
 		if (first < 0 || s->wait_seq < rl_table->slots[first].wait_seq)
 			first = i;
 	}
 	return first;
+}
+
+/* The same, on the nodes of this process. */
+int
+rl_first_waiter(const char *key, int skip)
+{
+	return rl_first_waiter_on(key, rl_lock_table_nodes(), skip);
 }
 
 /*
@@ -447,7 +406,7 @@ rl_lock_table_remove(int slot)
 	s = &rl_table->slots[slot];
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->in_use && s->pid == MyProcPid);
-	next = rl_first_waiter(s->key, slot);
+	next = rl_first_waiter_on(s->key, s->nodes, slot);
 	if (next >= 0)
 		procno = rl_table->slots[next].procno;
 	s->in_use = false;
@@ -465,20 +424,23 @@ rl_lock_table_first_waiter(int slot)
 	if (rl_table == NULL || slot < 0)
 		return true;
 	LWLockAcquire(rl_table->lock, LW_SHARED);
-	first = rl_first_waiter(rl_table->slots[slot].key, -1) == slot;
+	first = rl_first_waiter_on(rl_table->slots[slot].key,
+							   rl_table->slots[slot].nodes, -1) == slot;
 	LWLockRelease(rl_table->lock);
 	return first;
 }
 
 /*
- * When the lock key of a holder on this server expires on the nodes (0:
+ * When the lock key of a holder on this server expires on our nodes (0:
  * none holds it here): its validity plus the drift allowance and a little
- * for the time the key took to reach the nodes.
+ * for the time the key took to reach the nodes.  A keep-alive lease the
+ * worker lost holds nothing: a majority said it is not ours.
  */
 int64_t
 rl_lock_table_holder_expiry(const char *key)
 {
 	int64_t		expiry = 0;
+	uint64_t	nodes = rl_lock_table_nodes();
 
 	if (rl_table == NULL)
 		return 0;
@@ -487,7 +449,8 @@ rl_lock_table_holder_expiry(const char *key)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
-		if (s->in_use && s->granted && strcmp(s->key, key) == 0)
+		if (s->in_use && s->granted && !s->lost && s->nodes == nodes &&
+			strcmp(s->key, key) == 0)
 			expiry = Max(expiry, s->valid_until_us +
 						 rl_drift_us(s->ttl_ms, rl_drift_factor) + 5000);
 	}

@@ -35,6 +35,11 @@ typedef struct RlKeepAlive
 	char		owner[RL_OWNER_LEN + 1];
 	char		key[RL_KEY_MAX + 1];
 	char		resource[RL_MAX_RESOURCE_LEN + 1];
+	bool		other_nodes;	/* taken on nodes the worker no longer uses:
+								 * marked lost, not extended */
+	bool		limit;			/* redlock.keep_alive_limit reached: not
+								 * extended, only reported */
+	int			limit_s;		/* the holder's redlock.keep_alive_limit */
 } RlKeepAlive;
 
 extern void rl_lock_table_init(void);
@@ -50,11 +55,19 @@ extern void rl_lock_table_wake_worker(RlWorkerRole role);
 extern int	rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max);
 extern void rl_lock_table_wake_key(const char *key, size_t keylen);
 extern bool rl_lock_table_enabled(void);
+extern uint64_t rl_lock_table_nodes(void);
 extern int	rl_lock_table_enter(const char *resource, const char *key);
 extern void rl_lock_table_granted(int slot, const RlTableGrant *g);
-extern void rl_lock_table_update(int slot, int scopes, int64_t valid_until_us,
-								 int ttl_ms, bool keep_alive);
+extern void rl_lock_table_update(int slot, int scopes, bool keep_alive);
+
+/* keep-alive and extension rounds: lock_table_keep.c */
+extern void rl_lock_table_keep_alive_check(void);
+extern void rl_lock_table_keepalive_nodes(uint64_t nodes);
+extern void rl_lock_table_worker_gone(void);
 extern int64_t rl_lock_table_valid_until(int slot);
+extern bool rl_lock_table_limit_reached(int slot);
+extern void rl_lock_table_extend_begin(int slot, int ttl_ms);
+extern int64_t rl_lock_table_extend_end(int slot, int ttl_ms, bool won);
 extern int	rl_lock_table_due(RlKeepAlive *due, int max, int64_t *next_us);
 typedef enum RlKeepOutcome
 {
@@ -63,8 +76,7 @@ typedef enum RlKeepOutcome
 	RL_KEEP_LOST				/* a majority answered that it is not ours */
 } RlKeepOutcome;
 
-extern bool rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome,
-								   int64_t valid_until_us);
+extern bool rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome);
 extern void rl_lock_table_remove(int slot);
 extern bool rl_lock_table_first_waiter(int slot);
 extern int64_t rl_lock_table_holder_expiry(const char *key);

@@ -2,7 +2,8 @@
  *
  * lock_table_internal.h
  *	  The layout of the server-wide lease table in shared memory, for the
- *	  files that work on it: lock_table.c, handoff.c and locks_view.c.
+ *	  files that work on it: lock_table.c, lock_table_keep.c, handoff.c,
+ *	  handoff_remote.c and locks_view.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -43,7 +44,10 @@ typedef struct RlSlot
 	int			pid;
 	int			procno;			/* whose latch to set */
 	Oid			dbid;
-	Oid			userid;
+	Oid			userid;			/* the session user, as in pg_stat_activity */
+	uint64_t	nodes;			/* its backend's rl_lock_table_nodes(): only
+								 * slots on the same nodes meet (a database
+								 * or role may have a node list of its own) */
 	uint64		wait_seq;		/* order of arrival, for first come first
 								 * served */
 	TimestampTz waitstart;
@@ -54,10 +58,23 @@ typedef struct RlSlot
 								 * process on this machine */
 	/* keep-alive: the worker extends the lease while its backend lives */
 	bool		keep_alive;
-	bool		lost;			/* the worker could not extend it */
+	bool		lost;			/* the worker could not extend it; then
+								 * valid_until_us is when it found out */
+	bool		limit_reached;	/* keep_until_us passed: no more extensions */
 	int			ttl_ms;
 	int64_t		next_extend_us; /* when the worker extends it next */
 	int64_t		keep_until_us;	/* no extension after this */
+	int			keep_limit_s;	/* the holder's redlock.keep_alive_limit */
+
+	/*
+	 * Extension rounds in flight (the worker's, the backend's
+	 * redlock_extend), and the smallest validity any of them can leave on the
+	 * nodes: rounds that overlap may be applied in either order on a node,
+	 * so each records that minimum (lock_table_keep.c).
+	 */
+	bool		worker_round;
+	bool		backend_round;
+	int64_t		rounds_floor_us;
 	/* handoff: a waiter's standing offer, taken up by a releasing holder */
 	RlHandoffState handoff;
 	uint64_t	handoff_nodes;	/* the waiter's rl_nodes_fingerprint() */
@@ -83,6 +100,8 @@ typedef struct RlLockTable
 	int			worker_procno[RL_NWORKERS];	/* each worker's, or -1 */
 	uint64_t	wakeup_nodes;	/* the wake-up worker's node list
 								 * (rl_nodes_fingerprint()), or 0 */
+	uint64_t	keepalive_nodes;	/* the keep-alive worker's
+									 * rl_lock_table_nodes(), or 0 */
 	uint64		next_seq;
 	int			nslots;
 	RlSlot		slots[FLEXIBLE_ARRAY_MEMBER];
@@ -93,6 +112,7 @@ extern RlLockTable *rl_table;
 extern int	rl_my_procno(void);
 extern Latch *rl_latch_of(int procno);
 extern int	rl_first_waiter(const char *key, int skip);
+extern int	rl_first_waiter_on(const char *key, uint64_t nodes, int skip);
 extern int	rl_remote_done(RlSlot *s);
 
 #endif							/* REDLOCK_LOCK_TABLE_INTERNAL_H */

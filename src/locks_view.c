@@ -3,6 +3,13 @@
  * locks_view.c
  *	  redlock_locks(): the server-wide lease table as rows, like pg_locks.
  *
+ * usesysid is the session user, as in pg_stat_activity (not a SECURITY
+ * DEFINER function's owner); key is the whole Redis key, so that two
+ * databases with different redlock.key_prefix values do not look like two
+ * holders of one lock.  valid_until is the end of the validity its holder
+ * was told, also once it has passed; for a lost lease, when the keep-alive
+ * worker found it lost.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -49,17 +56,17 @@ redlock_locks(PG_FUNCTION_ARGS)
 	for (int i = 0; i < ncopy; i++)
 	{
 		RlSlot	   *s = &copy[i];
-		Datum		values[12];
-		bool		nulls[12] = {0};
+		Datum		values[14];
+		bool		nulls[14] = {0};
 
 		values[0] = Int32GetDatum(s->pid);
 		values[1] = ObjectIdGetDatum(s->dbid);
 		values[2] = ObjectIdGetDatum(s->userid);
 		values[3] = CStringGetTextDatum(s->resource);
 		values[4] = BoolGetDatum(s->granted);
+		values[12] = CStringGetTextDatum(s->key);
 		if (s->granted)
 		{
-			int64_t		left_us = Max(s->valid_until_us - now_us, 0);
 
 			values[5] = Int64GetDatum(s->token);
 			values[6] = CStringGetTextDatum(
@@ -68,13 +75,15 @@ redlock_locks(PG_FUNCTION_ARGS)
 											(s->scopes & RL_SCOPE_SESSION) ? "session" : "transaction");
 			nulls[7] = true;
 			values[8] = TimestampTzGetDatum(s->granted_at);
-			values[9] = TimestampTzGetDatum(s->lost ? now : now + left_us);
+			values[9] = TimestampTzGetDatum(now + (s->valid_until_us - now_us));
 			values[10] = BoolGetDatum(s->keep_alive);
 			values[11] = BoolGetDatum(s->lost);
+			values[13] = BoolGetDatum(s->limit_reached);
 		}
 		else
 		{
 			nulls[5] = nulls[6] = nulls[8] = nulls[9] = nulls[10] = nulls[11] = true;
+			nulls[13] = true;
 			values[7] = TimestampTzGetDatum(s->waitstart);
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

@@ -149,20 +149,20 @@ rl_registry_abort_acquire(void)
 	}
 }
 
-/* Holds or validity changed: show it in the lock table. */
+/* Holds or keep-alive changed: show it in the lock table. */
 void
 rl_registry_holds_changed(RlLease *lease)
 {
 	rl_lock_table_update(lease->shm_slot,
 						 (lease->session_holds ? RL_SCOPE_SESSION : 0) |
 						 (lease->xact_holds ? RL_SCOPE_XACT : 0),
-						 lease->valid_until_us, lease->ttl_ms,
 						 lease->keep_alive);
 }
 
 /*
- * The lease ran out and is being taken again (its holds stay): leave the
- * lock table and the keep-alive worker, and never count as valid again.
+ * The lease ran out or was lost (its holds stay, until they are dropped or
+ * the lease is taken again): leave the lock table and the keep-alive
+ * worker, and never count as valid again.
  */
 void
 rl_registry_expired(RlLease *lease)
