@@ -3,6 +3,82 @@
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION redlock UPDATE TO '1.1'" to load this file. \quit
 
+-- Objects of 1.0 that this update replaces (their argument or column lists
+-- change): a user object that depends on one of them, such as a BEGIN
+-- ATOMIC function calling redlock_lock() or a view over redlock_leases,
+-- would make the DROP fail with a hint to use CASCADE.  Say instead what
+-- blocks the update and how to proceed (README, "Upgrading").
+DO $$
+DECLARE
+    blockers text;
+BEGIN
+    SELECT pg_catalog.string_agg(DISTINCT
+               CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                    THEN pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
+                                                       (SELECT r.ev_class FROM pg_catalog.pg_rewrite r
+                                                         WHERE r.oid = d.objid), 0)
+                    ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END,
+               ', ')
+      INTO blockers
+      FROM pg_catalog.pg_depend d
+     WHERE d.deptype = 'n'
+       AND ((d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+             AND d.refobjid IN ('redlock_lock(text,integer)'::pg_catalog.regprocedure,
+                                'redlock_xact_lock(text,integer)'::pg_catalog.regprocedure,
+                                'redlock_try_lock(text,integer)'::pg_catalog.regprocedure,
+                                'redlock_try_xact_lock(text,integer)'::pg_catalog.regprocedure,
+                                'redlock_leases()'::pg_catalog.regprocedure))
+            OR (d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                AND d.refobjid = 'redlock_leases'::pg_catalog.regclass))
+       -- the extension's own objects (the view's rule) do not count
+       AND NOT EXISTS (
+           SELECT FROM pg_catalog.pg_depend e
+            WHERE e.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+              AND e.deptype = 'e'
+              AND ((e.classid = d.classid AND e.objid = d.objid)
+                   OR (d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                       AND e.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                       AND e.objid = (SELECT r.ev_class FROM pg_catalog.pg_rewrite r
+                                       WHERE r.oid = d.objid))));
+    IF blockers IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot update extension redlock to version 1.1 while other objects depend on objects it replaces'
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = 'Version 1.1 replaces redlock_lock(text,integer), redlock_xact_lock(text,integer), redlock_try_lock(text,integer), redlock_try_xact_lock(text,integer) and the view redlock_leases; these depend on them: ' || blockers || '.',
+                  HINT = 'Save the definitions of those objects, drop them, run ALTER EXTENSION redlock UPDATE, and create them again: calls without the new arguments work unchanged.';
+    END IF;
+END
+$$;
+
+-- The role redlock_user.  1.0 creates it when missing, and otherwise adopts
+-- the role of that name, whoever made it, and grants it the lease
+-- functions.  A fresh install (1.0's objects made by this transaction)
+-- refuses a role it did not make, unless it carries the mark below, which
+-- a DBA can set to adopt a role on purpose; the role made now, and the one
+-- an existing installation uses, get the mark, so that installing into
+-- further databases of the cluster accepts it.
+DO $$
+DECLARE
+    mark constant text := 'Members may take redlock leases (role of extension redlock)';
+    role_oid oid;
+    role_new boolean;
+    fresh boolean;
+BEGIN
+    SELECT a.oid, pg_catalog.age(a.xmin) = 0 INTO role_oid, role_new
+      FROM pg_catalog.pg_authid a WHERE a.rolname = 'redlock_user';
+    SELECT pg_catalog.age(p.xmin) = 0 INTO fresh
+      FROM pg_catalog.pg_proc p
+     WHERE p.oid = 'redlock_unlock(text)'::pg_catalog.regprocedure;
+    IF fresh AND NOT role_new AND pg_catalog.shobj_description(role_oid, 'pg_authid')
+            IS DISTINCT FROM mark THEN
+        RAISE EXCEPTION 'role "redlock_user" already exists and was not made by extension redlock'
+            USING ERRCODE = 'duplicate_object',
+                  DETAIL = 'CREATE EXTENSION redlock grants the lease functions to the role redlock_user; its members would take leases.',
+                  HINT = format('Drop or rename that role; or, to have redlock use it, run COMMENT ON ROLE redlock_user IS %L first.', mark);
+    END IF;
+    EXECUTE format('COMMENT ON ROLE redlock_user IS %L', mark);
+END
+$$;
+
 -- How full the statistics tables in shared memory are, and what did not fit
 -- (need redlock in shared_preload_libraries).  The tables hold
 -- redlock.stats_max_databases databases and redlock.stats_max_tables fenced
@@ -29,12 +105,10 @@ GRANT SELECT ON redlock_stats_info TO PUBLIC;
 -- The lock functions gain wait_ms (a wait limit of the call's own, since
 -- lock_timeout also governs table and row locks) and keep_alive (the
 -- keep-alive worker extends the lease while the backend lives; needs
--- redlock in shared_preload_libraries).
-DROP FUNCTION redlock_lock(text, integer);
-DROP FUNCTION redlock_xact_lock(text, integer);
-DROP FUNCTION redlock_try_lock(text, integer);
-DROP FUNCTION redlock_try_xact_lock(text, integer);
-
+-- redlock in shared_preload_libraries).  Their argument lists change, so
+-- each is replaced: the new one is made beside the old one, takes over its
+-- privileges (GRANTs and REVOKEs made since 1.0 included), and the old one
+-- is dropped.
 CREATE FUNCTION redlock_lock(resource text, ttl_ms integer DEFAULT 30000,
                              wait_ms integer DEFAULT NULL,
                              keep_alive boolean DEFAULT false)
@@ -61,18 +135,69 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'redlock_try_xact_lock'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-REVOKE ALL ON FUNCTION
-    redlock_lock(text, integer, integer, boolean),
-    redlock_xact_lock(text, integer, integer, boolean),
-    redlock_try_lock(text, integer, boolean),
-    redlock_try_xact_lock(text, integer, boolean)
-    FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION
-    redlock_lock(text, integer, integer, boolean),
-    redlock_xact_lock(text, integer, integer, boolean),
-    redlock_try_lock(text, integer, boolean),
-    redlock_try_xact_lock(text, integer, boolean)
-    TO redlock_user;
+-- Each replacement gets its predecessor's ACL, entry by entry (granted by
+-- the owner).  The GRANTs run inside this script, so PostgreSQL records
+-- their result as the extension's initial privileges (pg_init_privs), which
+-- pg_dump leaves out; the predecessor's initial privileges are copied back
+-- over them, so that a user's grant stays a user's grant for pg_dump too.
+-- From PostgreSQL 17 on, pg_shdepend also records the roles of initial
+-- privileges (deptype 'i'): those of the roles dropped from them go too.
+DO $$
+DECLARE
+    f record;
+    a record;
+BEGIN
+    FOR f IN
+        SELECT o.oid AS old_oid, n.oid AS new_oid, o.proacl, o.proowner,
+               n.oid::pg_catalog.regprocedure::text AS new_sig
+          FROM (VALUES ('redlock_lock(text,integer)', 'redlock_lock(text,integer,integer,boolean)'),
+                       ('redlock_xact_lock(text,integer)', 'redlock_xact_lock(text,integer,integer,boolean)'),
+                       ('redlock_try_lock(text,integer)', 'redlock_try_lock(text,integer,boolean)'),
+                       ('redlock_try_xact_lock(text,integer)', 'redlock_try_xact_lock(text,integer,boolean)'))
+               AS v(old_sig, new_sig)
+          JOIN pg_catalog.pg_proc o ON o.oid = v.old_sig::pg_catalog.regprocedure
+          JOIN pg_catalog.pg_proc n ON n.oid = v.new_sig::pg_catalog.regprocedure
+    LOOP
+        CONTINUE WHEN f.proacl IS NULL;		-- default privileges, as the new one has
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.new_sig);
+        FOR a IN
+            SELECT DISTINCT e.grantee, e.is_grantable
+              FROM pg_catalog.aclexplode(f.proacl) e
+             WHERE e.privilege_type = 'EXECUTE' AND e.grantee <> f.proowner
+        LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f.new_sig,
+                           CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+                           CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+
+        UPDATE pg_catalog.pg_init_privs n
+           SET initprivs = o.initprivs
+          FROM pg_catalog.pg_init_privs o
+         WHERE o.objoid = f.old_oid AND o.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND o.objsubid = 0
+           AND n.objoid = f.new_oid AND n.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND n.objsubid = 0;
+        DELETE FROM pg_catalog.pg_shdepend s
+         WHERE s.deptype = 'i'
+           AND s.dbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                          WHERE d.datname = pg_catalog.current_database())
+           AND s.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND s.objid = f.new_oid
+           AND s.refobjid NOT IN (
+               SELECT m FROM pg_catalog.pg_init_privs i,
+                             LATERAL pg_catalog.aclexplode(i.initprivs) e,
+                             LATERAL (VALUES (e.grantee), (e.grantor)) AS r(m)
+                WHERE i.objoid = f.new_oid
+                  AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass);
+    END LOOP;
+END
+$$;
+
+DROP FUNCTION redlock_lock(text, integer);
+DROP FUNCTION redlock_xact_lock(text, integer);
+DROP FUNCTION redlock_try_lock(text, integer);
+DROP FUNCTION redlock_try_xact_lock(text, integer);
 
 -- redlock_leases shows keep-alive leases and whether the worker lost one.
 DROP VIEW redlock_leases;

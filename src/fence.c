@@ -11,7 +11,20 @@
  * rejected with ERRCODE_REDLOCK_STALE_TOKEN (RL001).
  *
  *	CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON t
- *		FOR EACH ROW EXECUTE FUNCTION redlock_fence(['column' [, 'mode']]);
+ *		FOR EACH ROW EXECUTE FUNCTION redlock_fence(['column' [, 'mode' ...]]);
+ *
+ * Modes: 'strict' (the default) or 'allow_equal', and 'held'.
+ *
+ * What the fence trusts.  A token is a number anyone who may write the
+ * table can offer.  By default the fence trusts it to come from a grant, as
+ * far as it can tell: grants take their tokens from the clock in
+ * microseconds (max(counter) + 1 at most a few increments above it, or the
+ * clock of another server sharing the nodes), so a token further ahead of
+ * this server's clock than redlock.fence_max_ahead is refused; otherwise
+ * one forged write of 9223372036854775807 would lock every real holder out
+ * of the row for good.  In 'held' mode a token is accepted only when this
+ * session holds a lease with it whose validity has not run out (the
+ * backend's registry knows), so a forged or stale token never lands.
  *
  * Where the offered token comes from:
  *	UPDATE: NEW.col when the UPDATE changes the column; otherwise the setting
@@ -46,11 +59,16 @@
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "nodes/bitmapset.h"
+#include "postmaster/bgworker.h"
+#include "replication/logicalworker.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include "guc.h"
 #include "redlock.h"
+#include "registry.h"
 #include "stats.h"
 
 #define RL_FENCE_DEFAULT_COLUMN "fence_token"
@@ -65,6 +83,16 @@ typedef struct FenceColumn
 	Oid			typid;
 } FenceColumn;
 
+/* One call of the trigger: the table, its token column and the modes. */
+typedef struct FenceCall
+{
+	TriggerData *trigdata;
+	Relation	rel;
+	FenceColumn col;
+	bool		allow_equal;	/* 'allow_equal': offered >= stored */
+	bool		held;			/* 'held': a lease of this session's */
+} FenceCall;
+
 static const char *
 fence_relname(Relation rel)
 {
@@ -72,41 +100,120 @@ fence_relname(Relation rel)
 }
 
 /*
+ * The write is applied with session_replication_role = replica (a logical
+ * replication apply worker, or a session loading data): the trigger fires
+ * there only because it is enabled ALWAYS or REPLICA.  Such refusals get
+ * their own detail and hint, and are not counted as fence rejections: the
+ * apply worker retries the same change every few seconds.
+ */
+static bool
+fence_in_replica(void)
+{
+	return SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA;
+}
+
+static int
+fence_replica_errdetail(const FenceCall *fc)
+{
+	const char *tgname = fc->trigdata->tg_trigger->tgname;
+
+	if (IsLogicalWorker())
+		return errdetail("The write is a change applied by \"%s\", which runs with session_replication_role = replica; trigger \"%s\" fires there only because it is enabled ALWAYS or REPLICA, and a replicated change carries no redlock.fence_token.",
+						 MyBgworkerEntry ? MyBgworkerEntry->bgw_name : "logical replication worker",
+						 tgname);
+	return errdetail("session_replication_role is replica, and trigger \"%s\" fires only because it is enabled ALWAYS or REPLICA.",
+					 tgname);
+}
+
+static int
+fence_replica_errhint(const FenceCall *fc)
+{
+	Relation	rel = fc->rel;
+	const char *table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												   RelationGetRelationName(rel));
+	const char *tgname = quote_identifier(fc->trigdata->tg_trigger->tgname);
+
+	if (IsLogicalWorker())
+		return errhint("The publisher's fence has judged the change already.  On a subscriber, leave the trigger in its default state (ALTER TABLE %s ENABLE TRIGGER %s): the apply worker skips it and local writes stay fenced.  The worker retries the change until then.",
+					   table, tgname);
+	return errhint("To load rows past the fence (a data-only restore), leave the trigger in its default state (ALTER TABLE %s ENABLE TRIGGER %s), which session_replication_role = replica skips, or use pg_restore --disable-triggers.",
+				   table, tgname);
+}
+
+/* Count a refusal, except one in replica mode (see fence_in_replica). */
+static void
+fence_count_refusal(const FenceCall *fc)
+{
+	if (!fence_in_replica())
+		rl_stats_fence_rejection(RelationGetRelid(fc->rel));
+}
+
+/* errdetail() / errhint() of a refusal, or the replica ones */
+#define FENCE_DETAIL(fc, ...) \
+	(fence_in_replica() ? fence_replica_errdetail(fc) : errdetail(__VA_ARGS__))
+#define FENCE_HINT(fc, ...) \
+	(fence_in_replica() ? fence_replica_errhint(fc) : errhint(__VA_ARGS__))
+#define FENCE_NO_HINT(fc) \
+	(fence_in_replica() ? fence_replica_errhint(fc) : 0)
+
+/*
  * Resolve the trigger arguments against the table.  Done on every call: it
  * is a scan of the tuple descriptor, far cheaper than the trigger call
  * itself, and needs no cache that ALTER TABLE or partitions could outdate.
  */
 static void
-fence_parse_args(TriggerData *trigdata, FenceColumn *col, bool *allow_equal)
+fence_parse_args(FenceCall *fc)
 {
-	Trigger    *trigger = trigdata->tg_trigger;
-	Relation	rel = trigdata->tg_relation;
+	Trigger    *trigger = fc->trigdata->tg_trigger;
+	Relation	rel = fc->rel;
 	TupleDesc	tupdesc = RelationGetDescr(rel);
+	FenceColumn *col = &fc->col;
+	bool		have_comparison = false;
 
-	if (trigger->tgnargs > 2)
+	if (trigger->tgnargs > 3)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("too many arguments for redlock_fence() in trigger \"%s\" on table \"%s\"",
 						trigger->tgname, fence_relname(rel)),
-				 errdetail_plural("The trigger gives %d argument; redlock_fence() takes at most 2.",
-								  "The trigger gives %d arguments; redlock_fence() takes at most 2.",
+				 errdetail_plural("The trigger gives %d argument; redlock_fence() takes at most 3.",
+								  "The trigger gives %d arguments; redlock_fence() takes at most 3.",
 								  trigger->tgnargs, trigger->tgnargs),
-				 errhint("Arguments are the token column (default '%s') and the comparison mode ('strict' or 'allow_equal').",
+				 errhint("Arguments are the token column (default '%s'), then the modes: 'strict' or 'allow_equal', and 'held'.",
 						 RL_FENCE_DEFAULT_COLUMN)));
 
-	*allow_equal = false;
-	if (trigger->tgnargs == 2)
+	fc->allow_equal = false;
+	fc->held = false;
+	for (int i = 1; i < trigger->tgnargs; i++)
 	{
-		const char *mode = trigger->tgargs[1];
+		const char *mode = trigger->tgargs[i];
+		bool		comparison = true;
 
 		if (strcmp(mode, "allow_equal") == 0)
-			*allow_equal = true;
-		else if (strcmp(mode, "strict") != 0)
+			fc->allow_equal = true;
+		else if (strcmp(mode, "strict") == 0)
+			fc->allow_equal = false;
+		else if (strcmp(mode, "held") == 0 && !fc->held)
+		{
+			fc->held = true;
+			comparison = false;
+		}
+		else
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid comparison mode \"%s\" for redlock_fence() in trigger \"%s\" on table \"%s\"",
+					 errmsg("invalid mode \"%s\" for redlock_fence() in trigger \"%s\" on table \"%s\"",
 							mode, trigger->tgname, fence_relname(rel)),
-					 errhint("Use 'strict' (the offered token must be greater than the stored one) or 'allow_equal' (greater or equal).")));
+					 errhint("Use 'strict' (the offered token must be greater than the stored one) or 'allow_equal' (greater or equal), and 'held' (the token must be of a valid lease this session holds), each at most once.")));
+		if (comparison)
+		{
+			if (have_comparison)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid mode \"%s\" for redlock_fence() in trigger \"%s\" on table \"%s\"",
+								mode, trigger->tgname, fence_relname(rel)),
+						 errdetail("The trigger gives more than one of 'strict' and 'allow_equal'."),
+						 errhint("Use 'strict' (the offered token must be greater than the stored one) or 'allow_equal' (greater or equal), and 'held' (the token must be of a valid lease this session holds), each at most once.")));
+			have_comparison = true;
+		}
 	}
 
 	col->name = trigger->tgnargs >= 1 ? trigger->tgargs[0] : RL_FENCE_DEFAULT_COLUMN;
@@ -173,21 +280,24 @@ fence_get(HeapTuple tuple, TupleDesc tupdesc, const FenceColumn *col,
  * what a fenced-out writer must stop on.
  */
 static void
-fence_reject_scope(Relation rel, const FenceColumn *col, RlTokenScope scope)
+fence_reject_scope(const FenceCall *fc, RlTokenScope scope)
 {
-	rl_stats_fence_rejection(RelationGetRelid(rel));
+	Relation	rel = fc->rel;
+
+	fence_count_refusal(fc);
 	ereport(ERROR,
 			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
 			 errmsg("fencing token for table \"%s\" was not set in this transaction",
 					fence_relname(rel)),
+			 fence_in_replica() ? fence_replica_errdetail(fc) :
 			 scope == RL_TOKEN_PLAIN_SET ?
 			 errdetail("The token %s in redlock.fence_token was set for the session (by SET without LOCAL, or set_config() with is_local false), so it would outlive this transaction and its lease.",
 					   rl_fence_token_setting) :
 			 errdetail("The token %s in redlock.fence_token was set outside this transaction (by a session-level SET, ALTER ROLE or ALTER DATABASE SET, or the server configuration), so its lease may be gone.",
 					   rl_fence_token_setting),
-			 errhint("Set the token for the transaction only, with SET LOCAL redlock.fence_token or set_config('redlock.fence_token', ..., true), or set column \"%s\" in the statement.",
-					 col->name),
-			 errtablecol(rel, col->attnum)));
+			 FENCE_HINT(fc, "Set the token for the transaction only, with SET LOCAL redlock.fence_token or set_config('redlock.fence_token', ..., true), or set column \"%s\" in the statement.",
+						fc->col.name),
+			 errtablecol(rel, fc->col.attnum)));
 }
 
 /*
@@ -196,22 +306,24 @@ fence_reject_scope(Relation rel, const FenceColumn *col, RlTokenScope scope)
  * token was not set by the current transaction.
  */
 static bool
-fence_setting(Relation rel, const FenceColumn *col, int64 *value)
+fence_setting(const FenceCall *fc, int64 *value)
 {
 	RlTokenScope scope = rl_fence_token_scope();
 
 	if (scope == RL_TOKEN_UNSET)
 		return false;
 	if (scope != RL_TOKEN_TRANSACTION)
-		fence_reject_scope(rel, col, scope);
+		fence_reject_scope(fc, scope);
 	*value = strtoi64(rl_fence_token_setting, NULL, 10);
 	return true;
 }
 
 /* Write the setting's token into NEW, so the row records its writer. */
 static HeapTuple
-fence_stamp(Relation rel, HeapTuple tuple, const FenceColumn *col, int64 token)
+fence_stamp(const FenceCall *fc, HeapTuple tuple, int64 token)
 {
+	Relation	rel = fc->rel;
+	const FenceColumn *col = &fc->col;
 	Datum		d;
 	bool		isnull = false;
 	int			attnum = col->attnum;
@@ -247,8 +359,7 @@ typedef enum FenceMissing
 	FENCE_INSERT_NULL			/* INSERT, NULL column, setting unset */
 } FenceMissing;
 
-static pg_noreturn void fence_reject_missing(Relation rel,
-											 const FenceColumn *col,
+static pg_noreturn void fence_reject_missing(const FenceCall *fc,
 											 FenceMissing why);
 
 /*
@@ -256,50 +367,137 @@ static pg_noreturn void fence_reject_missing(Relation rel,
  * from any other failure; the message says which case it is.
  */
 static void
-fence_reject_missing(Relation rel, const FenceColumn *col, FenceMissing why)
+fence_reject_missing(const FenceCall *fc, FenceMissing why)
 {
+	Relation	rel = fc->rel;
+	const FenceColumn *col = &fc->col;
 	const char *relname = fence_relname(rel);
 
-	rl_stats_fence_rejection(RelationGetRelid(rel));
+	fence_count_refusal(fc);
 	switch (why)
 	{
 		case FENCE_UPDATE_UNCHANGED:
 			ereport(ERROR,
 					(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
 					 errmsg("missing fencing token for table \"%s\"", relname),
-					 errdetail("The UPDATE leaves column \"%s\" unchanged and redlock.fence_token is not set.",
-							   col->name),
-					 errhint("Set column \"%s\" to the lease's token in the statement, or run SET LOCAL redlock.fence_token first.",
-							 col->name),
+					 FENCE_DETAIL(fc, "The UPDATE leaves column \"%s\" unchanged and redlock.fence_token is not set.",
+								  col->name),
+					 FENCE_HINT(fc, "Set column \"%s\" to the lease's token in the statement, or run SET LOCAL redlock.fence_token first.",
+								col->name),
 					 errtablecol(rel, col->attnum)));
 			break;
 		case FENCE_UPDATE_SET_NULL:
 			ereport(ERROR,
 					(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
 					 errmsg("missing fencing token for table \"%s\"", relname),
-					 errdetail("The UPDATE sets column \"%s\" to NULL.", col->name),
+					 FENCE_DETAIL(fc, "The UPDATE sets column \"%s\" to NULL.", col->name),
+					 FENCE_NO_HINT(fc),
 					 errtablecol(rel, col->attnum)));
 			break;
 		case FENCE_DELETE_UNSET:
 			ereport(ERROR,
 					(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
 					 errmsg("missing fencing token for table \"%s\"", relname),
-					 errdetail("A DELETE takes its token from redlock.fence_token, which is not set."),
-					 errhint("Run SET LOCAL redlock.fence_token first."),
+					 FENCE_DETAIL(fc, "A DELETE takes its token from redlock.fence_token, which is not set."),
+					 FENCE_HINT(fc, "Run SET LOCAL redlock.fence_token first."),
 					 errtablecol(rel, col->attnum)));
 			break;
 		case FENCE_INSERT_NULL:
 			ereport(ERROR,
 					(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
 					 errmsg("missing fencing token for table \"%s\"", relname),
-					 errdetail("The new row's column \"%s\" is NULL and redlock.fence_token is not set.",
-							   col->name),
-					 errhint("Set column \"%s\" to the lease's token in the statement, or run SET LOCAL redlock.fence_token first.",
-							 col->name),
+					 FENCE_DETAIL(fc, "The new row's column \"%s\" is NULL and redlock.fence_token is not set.",
+								  col->name),
+					 FENCE_HINT(fc, "Set column \"%s\" to the lease's token in the statement, or run SET LOCAL redlock.fence_token first.  A data-only restore (pg_restore --data-only) must bypass the fence: use pg_restore --disable-triggers, or session_replication_role = replica.",
+								col->name),
 					 errtablecol(rel, col->attnum)));
 			break;
 	}
 	pg_unreachable();
+}
+
+/* The wall clock in microseconds since 1970, as lease tokens count. */
+static int64
+fence_clock_us(void)
+{
+	return GetCurrentTimestamp() +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+}
+
+/* Is a token further ahead of the clock than redlock.fence_max_ahead? */
+static bool
+fence_too_far_ahead(int64 token, int64 now_us)
+{
+	return rl_fence_max_ahead_s >= 0 &&
+		token > now_us + (int64) rl_fence_max_ahead_s * USECS_PER_SEC;
+}
+
+/*
+ * Default modes: refuse a token that no grant can have given yet.  Grants
+ * propose the clock in microseconds; max(counter) + 1 exceeds it only by
+ * the grants of the same microsecond, or by how far the clock of another
+ * server sharing the nodes runs ahead of ours.
+ */
+static void
+fence_check_clock(const FenceCall *fc, int64 offered)
+{
+	int64		now_us = fence_clock_us();
+
+	if (!fence_too_far_ahead(offered, now_us))
+		return;
+	fence_count_refusal(fc);
+	ereport(ERROR,
+			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+			 errmsg("fencing token for table \"%s\" is ahead of the clock",
+					fence_relname(fc->rel)),
+			 FENCE_DETAIL(fc, "Offered token %lld is %lld s ahead of this server's clock; redlock.fence_max_ahead allows %d s.",
+						  (long long) offered,
+						  (long long) ((offered - now_us) / USECS_PER_SEC),
+						  rl_fence_max_ahead_s),
+			 FENCE_HINT(fc, "Lease tokens are the time of their grant in microseconds since 1970, so no lease has given this one: it is forged or corrupt.  If the clocks of the servers sharing the Redis nodes differ by more, fix them, or raise redlock.fence_max_ahead."),
+			 errtablecol(fc->rel, fc->col.attnum)));
+}
+
+/*
+ * 'held' mode: the token must be that of a lease this session holds, whose
+ * validity has not run out.
+ */
+static void
+fence_check_held(const FenceCall *fc, int64 offered)
+{
+	RlLease    *lease = rl_registry_held_token(offered);
+	int64_t		valid_until;
+	int64_t		now;
+
+	if (lease == NULL)
+	{
+		fence_count_refusal(fc);
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+				 errmsg("fencing token for table \"%s\" is not held by this session",
+						fence_relname(fc->rel)),
+				 FENCE_DETAIL(fc, "Offered token %lld is not the token of a lease this session holds, and trigger \"%s\" accepts only those ('held' mode).",
+							  (long long) offered, fc->trigdata->tg_trigger->tgname),
+				 TRIGGER_FIRED_BY_INSERT(fc->trigdata->tg_event) ?
+				 FENCE_HINT(fc, "Take the lease in this session and write with its token.  A data-only restore (pg_restore --data-only) must bypass the fence: use pg_restore --disable-triggers, or session_replication_role = replica.") :
+				 FENCE_HINT(fc, "Take the lease in this session and write with its token."),
+				 errtablecol(fc->rel, fc->col.attnum)));
+	}
+
+	valid_until = rl_registry_valid_until(lease);
+	now = rl_now_us();
+	if (valid_until <= now)
+	{
+		fence_count_refusal(fc);
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+				 errmsg("fencing token for table \"%s\" belongs to an expired lease",
+						fence_relname(fc->rel)),
+				 FENCE_DETAIL(fc, "Offered token %lld is the token of this session's lease on \"%s\", whose validity has run out.",
+							  (long long) offered, lease->resource),
+				 FENCE_HINT(fc, "Take the lease again, re-read the row, and write with the new token."),
+				 errtablecol(fc->rel, fc->col.attnum)));
+	}
 }
 
 /*
@@ -307,33 +505,57 @@ fence_reject_missing(Relation rel, const FenceColumn *col, FenceMissing why)
  * row was never fenced); returns only when the write may go ahead.
  */
 static void
-fence_judge(Relation rel, const FenceColumn *col, bool allow_equal,
-			int64 offered, bool have_stored, int64 stored)
+fence_judge(const FenceCall *fc, int64 offered, bool have_stored, int64 stored)
 {
+	Relation	rel = fc->rel;
+
 	if (offered <= 0)
 	{
-		rl_stats_fence_rejection(RelationGetRelid(rel));
+		fence_count_refusal(fc);
 		ereport(ERROR,
 				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
 				 errmsg("invalid fencing token for table \"%s\"", fence_relname(rel)),
-				 errdetail("Offered token %lld is not positive.", (long long) offered),
-				 errtablecol(rel, col->attnum)));
+				 FENCE_DETAIL(fc, "Offered token %lld is not positive.", (long long) offered),
+				 FENCE_NO_HINT(fc),
+				 errtablecol(rel, fc->col.attnum)));
 	}
 
-	if (!have_stored || offered > stored || (allow_equal && offered == stored))
+	if (fc->held)
+		fence_check_held(fc, offered);
+	else
+		fence_check_clock(fc, offered);
+
+	if (!have_stored || offered > stored || (fc->allow_equal && offered == stored))
 		return;
 
-	rl_stats_fence_rejection(RelationGetRelid(rel));
-	ereport(ERROR,
-			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-			 errmsg("stale fencing token for table \"%s\"", fence_relname(rel)),
-			 allow_equal ?
-			 errdetail("Offered token %lld is less than the stored token %lld.",
-					   (long long) offered, (long long) stored) :
-			 errdetail("Offered token %lld is not greater than the stored token %lld.",
-					   (long long) offered, (long long) stored),
-			 errhint("A newer lease holder has written this row; take the lease again and re-read the row."),
-			 errtablecol(rel, col->attnum)));
+	fence_count_refusal(fc);
+	if (offered == stored)
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+				 errmsg("stale fencing token for table \"%s\"", fence_relname(rel)),
+				 FENCE_DETAIL(fc, "Offered token %lld is not greater than the stored token %lld.",
+							  (long long) offered, (long long) stored),
+				 FENCE_HINT(fc, "The row was last written with this same token, so by this lease's holder (an earlier statement, or one UPDATE that reached the row twice), not by a newer one.  'strict' accepts one write per token; to let a holder write its row again, use the trigger mode 'allow_equal'."),
+				 errtablecol(rel, fc->col.attnum)));
+	else if (fence_too_far_ahead(stored, fence_clock_us()))
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+				 errmsg("stale fencing token for table \"%s\"", fence_relname(rel)),
+				 FENCE_DETAIL(fc, "Offered token %lld is less than the stored token %lld, which is ahead of this server's clock by more than redlock.fence_max_ahead.",
+							  (long long) offered, (long long) stored),
+				 FENCE_HINT(fc, "No lease gives such a token: the row was probably written with a forged one.  Repair the row with the trigger disabled, and use the trigger mode 'held' to accept only tokens of leases the writer holds."),
+				 errtablecol(rel, fc->col.attnum)));
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+				 errmsg("stale fencing token for table \"%s\"", fence_relname(rel)),
+				 fc->allow_equal ?
+				 FENCE_DETAIL(fc, "Offered token %lld is less than the stored token %lld.",
+							  (long long) offered, (long long) stored) :
+				 FENCE_DETAIL(fc, "Offered token %lld is not greater than the stored token %lld.",
+							  (long long) offered, (long long) stored),
+				 FENCE_HINT(fc, "A newer lease holder has written this row; take the lease again and re-read the row."),
+				 errtablecol(rel, fc->col.attnum)));
 }
 
 Datum
@@ -343,8 +565,7 @@ redlock_fence(PG_FUNCTION_ARGS)
 	TriggerEvent event;
 	Relation	rel;
 	TupleDesc	tupdesc;
-	FenceColumn col;
-	bool		allow_equal;
+	FenceCall	fc;
 	int64		setting = 0;
 
 	/* trigger protocol: BEFORE ROW INSERT/UPDATE/DELETE only */
@@ -376,7 +597,9 @@ redlock_fence(PG_FUNCTION_ARGS)
 						trigdata->tg_trigger->tgname, fence_relname(rel)),
 				 errdetail("An AFTER or INSTEAD OF trigger cannot stop the write before it is applied.")));
 
-	fence_parse_args(trigdata, &col, &allow_equal);
+	fc.trigdata = trigdata;
+	fc.rel = rel;
+	fence_parse_args(&fc);
 	tupdesc = RelationGetDescr(rel);
 
 	if (TRIGGER_FIRED_BY_UPDATE(event))
@@ -387,34 +610,34 @@ redlock_fence(PG_FUNCTION_ARGS)
 		bool		have_new,
 					have_stored;
 
-		have_stored = fence_get(trigdata->tg_trigtuple, tupdesc, &col, &stored);
-		have_new = fence_get(newtuple, tupdesc, &col, &offered);
+		have_stored = fence_get(trigdata->tg_trigtuple, tupdesc, &fc.col, &stored);
+		have_new = fence_get(newtuple, tupdesc, &fc.col, &offered);
 
 		if (have_new != have_stored || (have_new && offered != stored))
 		{
 			/* the statement changed the column: that is the offered token */
 			if (!have_new)
-				fence_reject_missing(rel, &col, FENCE_UPDATE_SET_NULL);
+				fence_reject_missing(&fc, FENCE_UPDATE_SET_NULL);
 		}
-		else if (fence_setting(rel, &col, &setting))
+		else if (fence_setting(&fc, &setting))
 		{
-			fence_judge(rel, &col, allow_equal, setting, have_stored, stored);
+			fence_judge(&fc, setting, have_stored, stored);
 			if (!have_new || offered != setting)
-				newtuple = fence_stamp(rel, newtuple, &col, setting);
+				newtuple = fence_stamp(&fc, newtuple, setting);
 			return PointerGetDatum(newtuple);
 		}
 		else if (trigdata->tg_updatedcols == NULL ||
-				 !bms_is_member(col.attnum - FirstLowInvalidHeapAttributeNumber,
+				 !bms_is_member(fc.col.attnum - FirstLowInvalidHeapAttributeNumber,
 								trigdata->tg_updatedcols))
-			fence_reject_missing(rel, &col, FENCE_UPDATE_UNCHANGED);
+			fence_reject_missing(&fc, FENCE_UPDATE_UNCHANGED);
 		else if (!have_new)
-			fence_reject_missing(rel, &col, FENCE_UPDATE_SET_NULL);
+			fence_reject_missing(&fc, FENCE_UPDATE_SET_NULL);
 
 		/*
 		 * Reached with the column changed, or assigned its current value
 		 * (the same holder writing again, which only 'allow_equal' accepts).
 		 */
-		fence_judge(rel, &col, allow_equal, offered, have_stored, stored);
+		fence_judge(&fc, offered, have_stored, stored);
 		return PointerGetDatum(newtuple);
 	}
 	else if (TRIGGER_FIRED_BY_DELETE(event))
@@ -422,10 +645,10 @@ redlock_fence(PG_FUNCTION_ARGS)
 		int64		stored = 0;
 		bool		have_stored;
 
-		have_stored = fence_get(trigdata->tg_trigtuple, tupdesc, &col, &stored);
-		if (!fence_setting(rel, &col, &setting))
-			fence_reject_missing(rel, &col, FENCE_DELETE_UNSET);
-		fence_judge(rel, &col, allow_equal, setting, have_stored, stored);
+		have_stored = fence_get(trigdata->tg_trigtuple, tupdesc, &fc.col, &stored);
+		if (!fence_setting(&fc, &setting))
+			fence_reject_missing(&fc, FENCE_DELETE_UNSET);
+		fence_judge(&fc, setting, have_stored, stored);
 		return PointerGetDatum(trigdata->tg_trigtuple);
 	}
 	else
@@ -434,14 +657,14 @@ redlock_fence(PG_FUNCTION_ARGS)
 		HeapTuple	newtuple = trigdata->tg_trigtuple;
 		int64		offered = 0;
 
-		if (fence_get(newtuple, tupdesc, &col, &offered))
+		if (fence_get(newtuple, tupdesc, &fc.col, &offered))
 		{
-			fence_judge(rel, &col, allow_equal, offered, false, 0);
+			fence_judge(&fc, offered, false, 0);
 			return PointerGetDatum(newtuple);
 		}
-		if (!fence_setting(rel, &col, &setting))
-			fence_reject_missing(rel, &col, FENCE_INSERT_NULL);
-		fence_judge(rel, &col, allow_equal, setting, false, 0);
-		return PointerGetDatum(fence_stamp(rel, newtuple, &col, setting));
+		if (!fence_setting(&fc, &setting))
+			fence_reject_missing(&fc, FENCE_INSERT_NULL);
+		fence_judge(&fc, setting, false, 0);
+		return PointerGetDatum(fence_stamp(&fc, newtuple, setting));
 	}
 }
