@@ -450,10 +450,8 @@ fence_check_clock(const FenceCall *fc, int64 offered)
 			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
 			 errmsg("fencing token for table \"%s\" is ahead of the clock",
 					fence_relname(fc->rel)),
-			 FENCE_DETAIL(fc, "Offered token %lld is %lld s ahead of this server's clock; redlock.fence_max_ahead allows %d s.",
-						  (long long) offered,
-						  (long long) ((offered - now_us) / USECS_PER_SEC),
-						  rl_fence_max_ahead_s),
+			 FENCE_DETAIL(fc, "Offered token %lld is more than redlock.fence_max_ahead (%d s) ahead of this server's clock.",
+						  (long long) offered, rl_fence_max_ahead_s),
 			 FENCE_HINT(fc, "Lease tokens are the time of their grant in microseconds since 1970, so no lease has given this one: it is forged or corrupt.  If the clocks of the servers sharing the Redis nodes differ by more, fix them, or raise redlock.fence_max_ahead."),
 			 errtablecol(fc->rel, fc->col.attnum)));
 }
