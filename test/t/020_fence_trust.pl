@@ -68,7 +68,7 @@ like($err, qr/HINT:  Lease tokens are the time of their grant in microseconds/,
 	'the hint says why no lease gives it');
 ($rc, $out, $err) = $pg->psql('postgres',
 	"SET ROLE mallory; UPDATE docs SET body = 'mine', fence_token = "
-	  . "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 3600 * 1000000");
+	  . "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 3600000000");
 like($err, qr/is ahead of the clock/, 'so is a token an hour ahead');
 ($rc, $out, $err) = $pg->psql('postgres',
 	"SET ROLE mallory; SET redlock.fence_max_ahead = -1");
@@ -89,8 +89,10 @@ is($pg->safe_psql('postgres',
 $pg->safe_psql('postgres', <<'SQL');
 CREATE TABLE held (id int PRIMARY KEY, body text, fence_token bigint);
 CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON held
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'held');
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'allow_equal', 'held');
+ALTER TABLE held DISABLE TRIGGER fence;
 INSERT INTO held VALUES (1, 'never fenced', NULL);
+ALTER TABLE held ENABLE TRIGGER fence;
 SQL
 my $a = $pg->background_psql('postgres', on_error_stop => 0);
 my $b = $pg->background_psql('postgres', on_error_stop => 0);
@@ -287,6 +289,7 @@ $sub->start;
 for my $node ($pg, $sub)
 {
 	$node->safe_psql('postgres', <<'SQL');
+CREATE EXTENSION IF NOT EXISTS redlock;
 CREATE TABLE repl (id int PRIMARY KEY, v text, fence_token bigint);
 CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON repl
 	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
@@ -297,7 +300,8 @@ INSERT INTO repl VALUES (1, 'a', 10), (2, 'b', 10);
 CREATE PUBLICATION pub FOR TABLE repl;
 SQL
 $sub->safe_psql('postgres',
-	"CREATE SUBSCRIPTION sub CONNECTION '" . $pg->connstr('postgres') . "' PUBLICATION pub");
+	"CREATE SUBSCRIPTION sub CONNECTION 'host=" . $pg->host . ' port=' . $pg->port
+	  . " dbname=postgres' PUBLICATION pub");
 $sub->wait_for_subscription_sync($pg, 'sub');
 is($sub->safe_psql('postgres', 'SELECT count(*) FROM repl'), '2', 'the subscriber has the rows');
 
