@@ -79,6 +79,32 @@ BEGIN
 END
 $$;
 
+-- The objects this update replaces lose their privileges with them: a
+-- GRANT EXECUTE ON FUNCTION redlock_lock(text, integer) TO app, or a REVOKE
+-- made since 1.0, would be gone silently.  Their ACLs are kept here, with
+-- their initial privileges (pg_init_privs: what the extension's own script
+-- granted, which pg_dump leaves out), and given to the replacements once
+-- those exist (below, after redlock_leases).
+CREATE TEMPORARY TABLE redlock_acl_1_0 ON COMMIT DROP AS
+    SELECT 'FUNCTION' AS kind, 'pg_catalog.pg_proc'::pg_catalog.regclass AS catalog,
+           v.new_name, p.proacl AS acl, p.proowner AS owner, i.initprivs
+      FROM (VALUES ('redlock_lock(text,integer)', 'redlock_lock(text,integer,integer,boolean)'),
+                   ('redlock_xact_lock(text,integer)', 'redlock_xact_lock(text,integer,integer,boolean)'),
+                   ('redlock_try_lock(text,integer)', 'redlock_try_lock(text,integer,boolean)'),
+                   ('redlock_try_xact_lock(text,integer)', 'redlock_try_xact_lock(text,integer,boolean)'),
+                   ('redlock_leases()', 'redlock_leases()')) AS v(old_name, new_name)
+      JOIN pg_catalog.pg_proc p ON p.oid = v.old_name::pg_catalog.regprocedure
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = p.oid AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+    UNION ALL
+    SELECT 'TABLE', 'pg_catalog.pg_class'::pg_catalog.regclass,
+           'redlock_leases', c.relacl, c.relowner, i.initprivs
+      FROM pg_catalog.pg_class c
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = c.oid AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            AND i.objsubid = 0
+     WHERE c.oid = 'redlock_leases'::pg_catalog.regclass;
+
 -- How full the statistics tables in shared memory are, and what did not fit
 -- (need redlock in shared_preload_libraries).  The tables hold
 -- redlock.stats_max_databases databases and redlock.stats_max_tables fenced
@@ -106,9 +132,8 @@ GRANT SELECT ON redlock_stats_info TO PUBLIC;
 -- lock_timeout also governs table and row locks) and keep_alive (the
 -- keep-alive worker extends the lease while the backend lives; needs
 -- redlock in shared_preload_libraries).  Their argument lists change, so
--- each is replaced: the new one is made beside the old one, takes over its
--- privileges (GRANTs and REVOKEs made since 1.0 included), and the old one
--- is dropped.
+-- each is replaced; the replacement takes over the privileges of the old one
+-- further down (see pg_temp.redlock_acl_1_0).
 CREATE FUNCTION redlock_lock(resource text, ttl_ms integer DEFAULT 30000,
                              wait_ms integer DEFAULT NULL,
                              keep_alive boolean DEFAULT false)
@@ -135,65 +160,6 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'redlock_try_xact_lock'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--- Each replacement gets its predecessor's ACL, entry by entry (granted by
--- the owner).  The GRANTs run inside this script, so PostgreSQL records
--- their result as the extension's initial privileges (pg_init_privs), which
--- pg_dump leaves out; the predecessor's initial privileges are copied back
--- over them, so that a user's grant stays a user's grant for pg_dump too.
--- From PostgreSQL 17 on, pg_shdepend also records the roles of initial
--- privileges (deptype 'i'): those of the roles dropped from them go too.
-DO $$
-DECLARE
-    f record;
-    a record;
-BEGIN
-    FOR f IN
-        SELECT o.oid AS old_oid, n.oid AS new_oid, o.proacl, o.proowner,
-               n.oid::pg_catalog.regprocedure::text AS new_sig
-          FROM (VALUES ('redlock_lock(text,integer)', 'redlock_lock(text,integer,integer,boolean)'),
-                       ('redlock_xact_lock(text,integer)', 'redlock_xact_lock(text,integer,integer,boolean)'),
-                       ('redlock_try_lock(text,integer)', 'redlock_try_lock(text,integer,boolean)'),
-                       ('redlock_try_xact_lock(text,integer)', 'redlock_try_xact_lock(text,integer,boolean)'))
-               AS v(old_sig, new_sig)
-          JOIN pg_catalog.pg_proc o ON o.oid = v.old_sig::pg_catalog.regprocedure
-          JOIN pg_catalog.pg_proc n ON n.oid = v.new_sig::pg_catalog.regprocedure
-    LOOP
-        CONTINUE WHEN f.proacl IS NULL;		-- default privileges, as the new one has
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.new_sig);
-        FOR a IN
-            SELECT DISTINCT e.grantee, e.is_grantable
-              FROM pg_catalog.aclexplode(f.proacl) e
-             WHERE e.privilege_type = 'EXECUTE' AND e.grantee <> f.proowner
-        LOOP
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f.new_sig,
-                           CASE WHEN a.grantee = 0 THEN 'PUBLIC'
-                                ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
-                           CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        END LOOP;
-
-        UPDATE pg_catalog.pg_init_privs n
-           SET initprivs = o.initprivs
-          FROM pg_catalog.pg_init_privs o
-         WHERE o.objoid = f.old_oid AND o.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-           AND o.objsubid = 0
-           AND n.objoid = f.new_oid AND n.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-           AND n.objsubid = 0;
-        DELETE FROM pg_catalog.pg_shdepend s
-         WHERE s.deptype = 'i'
-           AND s.dbid = (SELECT d.oid FROM pg_catalog.pg_database d
-                          WHERE d.datname = pg_catalog.current_database())
-           AND s.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-           AND s.objid = f.new_oid
-           AND s.refobjid NOT IN (
-               SELECT m FROM pg_catalog.pg_init_privs i,
-                             LATERAL pg_catalog.aclexplode(i.initprivs) e,
-                             LATERAL (VALUES (e.grantee), (e.grantor)) AS r(m)
-                WHERE i.objoid = f.new_oid
-                  AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass);
-    END LOOP;
-END
-$$;
-
 DROP FUNCTION redlock_lock(text, integer);
 DROP FUNCTION redlock_xact_lock(text, integer);
 DROP FUNCTION redlock_try_lock(text, integer);
@@ -217,6 +183,57 @@ LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 CREATE VIEW redlock_leases AS
     SELECT * FROM redlock_leases();
 GRANT SELECT ON redlock_leases TO PUBLIC;
+
+-- Each replacement gets the ACL of the object it replaces, entry by entry
+-- (granted by the owner).  Those GRANTs run inside this script, so
+-- PostgreSQL records their result as initial privileges; the replaced
+-- object's initial privileges are put back over them, so that a user's
+-- grant stays a user's grant for pg_dump too.  From PostgreSQL 17 on,
+-- pg_shdepend also records the roles of initial privileges (deptype 'i'):
+-- those of roles no longer in them go too.
+DO $$
+DECLARE
+    o record;
+    a record;
+    new_oid oid;
+BEGIN
+    FOR o IN SELECT * FROM pg_temp.redlock_acl_1_0 LOOP
+        new_oid := CASE o.kind
+                   WHEN 'FUNCTION' THEN o.new_name::pg_catalog.regprocedure::oid
+                   ELSE o.new_name::pg_catalog.regclass::oid END;
+        IF o.acl IS NOT NULL THEN
+            EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC', o.kind, o.new_name);
+            FOR a IN
+                SELECT e.grantee, e.privilege_type, e.is_grantable
+                  FROM pg_catalog.aclexplode(o.acl) e
+                 WHERE e.grantee <> o.owner
+            LOOP
+                EXECUTE format('GRANT %s ON %s %s TO %s%s', a.privilege_type, o.kind, o.new_name,
+                               CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+                               CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            END LOOP;
+        END IF;
+
+        IF o.initprivs IS NULL THEN
+            DELETE FROM pg_catalog.pg_init_privs
+             WHERE objoid = new_oid AND classoid = o.catalog AND objsubid = 0;
+        ELSE
+            UPDATE pg_catalog.pg_init_privs SET initprivs = o.initprivs
+             WHERE objoid = new_oid AND classoid = o.catalog AND objsubid = 0;
+        END IF;
+        DELETE FROM pg_catalog.pg_shdepend s
+         WHERE s.deptype = 'i'
+           AND s.dbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                          WHERE d.datname = pg_catalog.current_database())
+           AND s.classid = o.catalog AND s.objid = new_oid
+           AND s.refobjid NOT IN (
+               SELECT r.m FROM pg_catalog.aclexplode(o.initprivs) e,
+                               LATERAL (VALUES (e.grantee), (e.grantor)) AS r(m));
+    END LOOP;
+END
+$$;
+DROP TABLE pg_temp.redlock_acl_1_0;
 
 -- Every lease held or awaited by every backend of this server, like
 -- pg_locks (needs redlock in shared_preload_libraries).

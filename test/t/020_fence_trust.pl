@@ -165,6 +165,10 @@ CREATE EXTENSION redlock VERSION '1.0';
 GRANT EXECUTE ON FUNCTION redlock_lock(text, integer) TO app;
 GRANT EXECUTE ON FUNCTION redlock_unlock(text) TO app;
 REVOKE EXECUTE ON FUNCTION redlock_try_lock(text, integer) FROM redlock_user;
+REVOKE SELECT ON redlock_leases FROM PUBLIC;
+GRANT SELECT ON redlock_leases TO app;
+REVOKE EXECUTE ON FUNCTION redlock_leases() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redlock_leases() TO app;
 CREATE FUNCTION take(r text) RETURNS bigint LANGUAGE sql
 	BEGIN ATOMIC SELECT redlock_lock(r, 1000); END;
 CREATE VIEW my_leases AS SELECT resource FROM redlock_leases;
@@ -188,6 +192,12 @@ is($pg->safe_psql('upd',
 		        has_function_privilege('app', 'redlock_try_lock(text,integer,boolean)', 'EXECUTE')"),
 	't|t|f|f', "the direct grant to app is kept, and so is the revoke from redlock_user");
 is($pg->safe_psql('upd',
+		"SELECT has_table_privilege('app', 'redlock_leases', 'SELECT'),
+		        has_table_privilege('other', 'redlock_leases', 'SELECT'),
+		        has_function_privilege('app', 'redlock_leases()', 'EXECUTE'),
+		        has_function_privilege('other', 'redlock_leases()', 'EXECUTE')"),
+	't|f|t|f', 'so are the grants and revokes on the view redlock_leases and its function');
+is($pg->safe_psql('upd',
 		"SET ROLE app; SELECT redlock_lock('upd:app') > 0, redlock_unlock('upd:app')"),
 	't|t', 'app takes a lease with the new function');
 my ($dump) = run_command([ 'pg_dump', '-s', '-d', $pg->connstr('upd') ]);
@@ -195,17 +205,34 @@ like($dump, qr/GRANT ALL ON FUNCTION public\.redlock_lock\(resource text, ttl_ms
 	'pg_dump still dumps the grant to app: it is not taken for an initial privilege');
 like($dump, qr/REVOKE ALL ON FUNCTION public\.redlock_try_lock\(resource text, ttl_ms integer, keep_alive boolean\) FROM redlock_user;/,
 	'nor the revoke');
+like($dump, qr/REVOKE SELECT ON TABLE public\.redlock_leases FROM PUBLIC;/,
+	'and the revoke on the view');
 unlike($dump, qr/GRANT ALL ON FUNCTION public\.redlock_lock\([^)]*\) TO redlock_user/,
 	"the extension's own grant stays initial");
 $pg->safe_psql('upd', 'CREATE DATABASE fresh');
 $pg->safe_psql('fresh', 'CREATE EXTENSION redlock');
+# ACL items in a fixed order: a REVOKE and a GRANT can reorder them
 my $acl = <<'SQL';
-SELECT p.oid::regprocedure, p.proacl, i.initprivs
+CREATE FUNCTION pg_temp.sorted(a aclitem[]) RETURNS text LANGUAGE sql
+	AS $$ SELECT array_agg(x ORDER BY x::text)::text FROM unnest(a) x $$;
+SELECT p.oid::regprocedure::text, pg_temp.sorted(coalesce(p.proacl, acldefault('f', p.proowner))),
+       pg_temp.sorted(i.initprivs)
   FROM pg_proc p LEFT JOIN pg_init_privs i ON i.objoid = p.oid AND i.classoid = 'pg_proc'::regclass
- WHERE p.proname LIKE 'redlock\_%' ORDER BY p.oid::regprocedure::text
+ WHERE p.proname LIKE 'redlock\_%'
+UNION ALL
+SELECT c.oid::regclass::text, pg_temp.sorted(c.relacl), pg_temp.sorted(i.initprivs)
+  FROM pg_class c LEFT JOIN pg_init_privs i ON i.objoid = c.oid AND i.classoid = 'pg_class'::regclass
+ WHERE c.relname LIKE 'redlock\_%' AND c.relkind = 'v'
+ ORDER BY 1
 SQL
-$pg->safe_psql('upd', 'GRANT EXECUTE ON FUNCTION redlock_try_lock(text,integer,boolean) TO redlock_user; '
-	  . 'REVOKE EXECUTE ON FUNCTION redlock_lock(text,integer,integer,boolean), redlock_unlock(text) FROM app');
+$pg->safe_psql('upd', <<'SQL');
+GRANT EXECUTE ON FUNCTION redlock_try_lock(text,integer,boolean) TO redlock_user;
+REVOKE EXECUTE ON FUNCTION redlock_lock(text,integer,integer,boolean), redlock_unlock(text) FROM app;
+GRANT SELECT ON redlock_leases TO PUBLIC;
+REVOKE SELECT ON redlock_leases FROM app;
+GRANT EXECUTE ON FUNCTION redlock_leases() TO PUBLIC;
+REVOKE EXECUTE ON FUNCTION redlock_leases() FROM app;
+SQL
 is($pg->safe_psql('upd', $acl), $pg->safe_psql('fresh', $acl),
 	'with those grants undone, 1.0 + update has the privileges and initial privileges of a fresh 1.1');
 
