@@ -31,7 +31,8 @@ OBJS = \
 	src/wakeup.o \
 	src/stats.o \
 	src/health.o \
-	src/fence.o
+	src/fence.o \
+	src/fence_refuse.o
 DATA = sql/redlock--1.0.sql sql/redlock--1.0--1.1.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 

@@ -477,5 +477,87 @@ EXCEPTION WHEN SQLSTATE 'RL001' THEN
 	RAISE NOTICE 'fenced out: % / % / % / %.%.%', state, msg, detail, sch, tab, col;
 END $$;
 
+--
+-- Tokens no grant can have given yet.  A grant's token is the clock in
+-- microseconds (or a few increments above it), so one further ahead than
+-- redlock.fence_max_ahead (default 5 min) is forged: refused, or one write
+-- would lock every real holder out of the row for good.
+--
+CREATE TABLE docs (id int PRIMARY KEY, body text, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON docs
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+SHOW redlock.fence_max_ahead;
+SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us \gset
+INSERT INTO docs VALUES (1, 'a', :now_us);
+UPDATE docs SET body = 'forged', fence_token = 9223372036854775807;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO docs VALUES (2, 'forged', 9223372036854775807);
+BEGIN;
+SET LOCAL redlock.fence_token = 9223372036854775807;
+DELETE FROM docs WHERE id = 1;
+ROLLBACK;
+-- an hour ahead: refused; a minute ahead (another server's clock): accepted
+\set VERBOSITY terse
+UPDATE docs SET body = 'b', fence_token = :now_us + 3600000000;
+\set VERBOSITY default
+UPDATE docs SET body = 'b', fence_token = :now_us + 60000000;
+SELECT id, body, fence_token - :now_us AS ahead_us FROM docs;
+-- only superusers set the allowance; -1 turns the check off
+CREATE ROLE fence_writer;
+GRANT ALL ON docs TO fence_writer;
+SET ROLE fence_writer;
+SET redlock.fence_max_ahead = -1;
+UPDATE docs SET body = 'forged', fence_token = 9223372036854775807;
+RESET ROLE;
+SET redlock.fence_max_ahead = -1;
+UPDATE docs SET body = 'unchecked', fence_token = 9223372036854775807;
+RESET redlock.fence_max_ahead;
+-- a row a forged token reached says so when the next holder is refused
+\set VERBOSITY terse
+UPDATE docs SET body = 'c', fence_token = :now_us + 120000000;
+\set VERBOSITY default
+BEGIN;
+SET LOCAL redlock.fence_token = 5;
+UPDATE docs SET body = 'c';
+ROLLBACK;
+DROP TABLE docs;
+DROP ROLE fence_writer;
+
+--
+-- An equal token under 'strict': the holder of that token wrote the row
+-- already (here an earlier statement of the same transaction).
+--
+CREATE TABLE twice (id int PRIMARY KEY, v int, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON twice
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence();
+INSERT INTO twice VALUES (1, 0, 5);
+BEGIN;
+SET LOCAL redlock.fence_token = 6;
+UPDATE twice SET v = v + 1 WHERE id = 1;
+UPDATE twice SET v = v + 1 WHERE id = 1;
+ROLLBACK;
+DROP TABLE twice;
+
+--
+-- Modes: 'strict' or 'allow_equal', and 'held', each at most once.
+--
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'allow_equal', 'held');
+UPDATE misuse SET fence_token = 2;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER bad ON misuse;
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'strict', 'allow_equal');
+UPDATE misuse SET fence_token = 3;
+DROP TRIGGER bad ON misuse;
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'held', 'held');
+UPDATE misuse SET fence_token = 3;
+DROP TRIGGER bad ON misuse;
+CREATE TRIGGER bad BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'held', 'strict', 'x');
+UPDATE misuse SET fence_token = 3;
+DROP TRIGGER bad ON misuse;
+
 DROP VIEW misuse_v;
 DROP TABLE acct, acct4, acct2, ledger, parted, scoped, misuse, dropped;

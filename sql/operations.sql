@@ -103,7 +103,7 @@ SELECT pg_temp.outcome($$SELECT * FROM redlock_nodes$$);
 SELECT count(*) FROM redlock_leases;
 SELECT count(*) > 0 AS sees_stats FROM redlock_stats;
 SELECT count(*) AS sees_stats_info FROM redlock_stats_info;
--- statistics reset is for superusers
+-- statistics reset is not granted to PUBLIC (a superuser may grant it)
 SELECT pg_temp.outcome($$SELECT redlock_stats_reset()$$);
 -- settings: only superusers set them; the password is hidden
 SELECT pg_temp.outcome($$SET redlock.nodes = '127.0.0.1:6379'$$);

@@ -3,6 +3,108 @@
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION redlock UPDATE TO '1.1'" to load this file. \quit
 
+-- Objects of 1.0 that this update replaces (their argument or column lists
+-- change): a user object that depends on one of them, such as a BEGIN
+-- ATOMIC function calling redlock_lock() or a view over redlock_leases,
+-- would make the DROP fail with a hint to use CASCADE.  Say instead what
+-- blocks the update and how to proceed (README, "Upgrading").
+DO $$
+DECLARE
+    blockers text;
+BEGIN
+    SELECT pg_catalog.string_agg(DISTINCT
+               CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                    THEN pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
+                                                       (SELECT r.ev_class FROM pg_catalog.pg_rewrite r
+                                                         WHERE r.oid = d.objid), 0)
+                    ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END,
+               ', ')
+      INTO blockers
+      FROM pg_catalog.pg_depend d
+     WHERE d.deptype = 'n'
+       AND ((d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+             AND d.refobjid IN ('redlock_lock(text,integer)'::pg_catalog.regprocedure,
+                                'redlock_xact_lock(text,integer)'::pg_catalog.regprocedure,
+                                'redlock_try_lock(text,integer)'::pg_catalog.regprocedure,
+                                'redlock_try_xact_lock(text,integer)'::pg_catalog.regprocedure,
+                                'redlock_leases()'::pg_catalog.regprocedure))
+            OR (d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                AND d.refobjid = 'redlock_leases'::pg_catalog.regclass))
+       -- the extension's own objects (the view's rule) do not count
+       AND NOT EXISTS (
+           SELECT FROM pg_catalog.pg_depend e
+            WHERE e.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+              AND e.deptype = 'e'
+              AND ((e.classid = d.classid AND e.objid = d.objid)
+                   OR (d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                       AND e.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                       AND e.objid = (SELECT r.ev_class FROM pg_catalog.pg_rewrite r
+                                       WHERE r.oid = d.objid))));
+    IF blockers IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot update extension redlock to version 1.1 while other objects depend on objects it replaces'
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = 'Version 1.1 replaces redlock_lock(text,integer), redlock_xact_lock(text,integer), redlock_try_lock(text,integer), redlock_try_xact_lock(text,integer) and the view redlock_leases; these depend on them: ' || blockers || '.',
+                  HINT = 'Save the definitions of those objects, drop them, run ALTER EXTENSION redlock UPDATE, and create them again: calls without the new arguments work unchanged.';
+    END IF;
+END
+$$;
+
+-- The role redlock_user.  1.0 creates it when missing, and otherwise adopts
+-- the role of that name, whoever made it, and grants it the lease
+-- functions.  A fresh install (1.0's objects made by this transaction)
+-- refuses a role it did not make, unless it carries the mark below, which
+-- a DBA can set to adopt a role on purpose; the role made now, and the one
+-- an existing installation uses, get the mark, so that installing into
+-- further databases of the cluster accepts it.
+DO $$
+DECLARE
+    mark constant text := 'Members may take redlock leases (role of extension redlock)';
+    role_oid oid;
+    role_new boolean;
+    fresh boolean;
+BEGIN
+    SELECT a.oid, pg_catalog.age(a.xmin) = 0 INTO role_oid, role_new
+      FROM pg_catalog.pg_authid a WHERE a.rolname = 'redlock_user';
+    SELECT pg_catalog.age(p.xmin) = 0 INTO fresh
+      FROM pg_catalog.pg_proc p
+     WHERE p.oid = 'redlock_unlock(text)'::pg_catalog.regprocedure;
+    IF fresh AND NOT role_new AND pg_catalog.shobj_description(role_oid, 'pg_authid')
+            IS DISTINCT FROM mark THEN
+        RAISE EXCEPTION 'role "redlock_user" already exists and was not made by extension redlock'
+            USING ERRCODE = 'duplicate_object',
+                  DETAIL = 'CREATE EXTENSION redlock grants the lease functions to the role redlock_user; its members would take leases.',
+                  HINT = format('Drop or rename that role; or, to have redlock use it, run COMMENT ON ROLE redlock_user IS %L first.', mark);
+    END IF;
+    EXECUTE format('COMMENT ON ROLE redlock_user IS %L', mark);
+END
+$$;
+
+-- The objects this update replaces lose their privileges with them: a
+-- GRANT EXECUTE ON FUNCTION redlock_lock(text, integer) TO app, or a REVOKE
+-- made since 1.0, would be gone silently.  Their ACLs are kept here, with
+-- their initial privileges (pg_init_privs: what the extension's own script
+-- granted, which pg_dump leaves out), and given to the replacements once
+-- those exist (below, after redlock_leases).
+CREATE TEMPORARY TABLE redlock_acl_1_0 ON COMMIT DROP AS
+    SELECT 'FUNCTION' AS kind, 'pg_catalog.pg_proc'::pg_catalog.regclass AS catalog,
+           v.new_name, p.proacl AS acl, p.proowner AS owner, i.initprivs
+      FROM (VALUES ('redlock_lock(text,integer)', 'redlock_lock(text,integer,integer,boolean)'),
+                   ('redlock_xact_lock(text,integer)', 'redlock_xact_lock(text,integer,integer,boolean)'),
+                   ('redlock_try_lock(text,integer)', 'redlock_try_lock(text,integer,boolean)'),
+                   ('redlock_try_xact_lock(text,integer)', 'redlock_try_xact_lock(text,integer,boolean)'),
+                   ('redlock_leases()', 'redlock_leases()')) AS v(old_name, new_name)
+      JOIN pg_catalog.pg_proc p ON p.oid = v.old_name::pg_catalog.regprocedure
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = p.oid AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+    UNION ALL
+    SELECT 'TABLE', 'pg_catalog.pg_class'::pg_catalog.regclass,
+           'redlock_leases', c.relacl, c.relowner, i.initprivs
+      FROM pg_catalog.pg_class c
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = c.oid AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            AND i.objsubid = 0
+     WHERE c.oid = 'redlock_leases'::pg_catalog.regclass;
+
 -- How full the statistics tables in shared memory are, and what did not fit
 -- (need redlock in shared_preload_libraries).  The tables hold
 -- redlock.stats_max_databases databases and redlock.stats_max_tables fenced
@@ -29,12 +131,9 @@ GRANT SELECT ON redlock_stats_info TO PUBLIC;
 -- The lock functions gain wait_ms (a wait limit of the call's own, since
 -- lock_timeout also governs table and row locks) and keep_alive (the
 -- keep-alive worker extends the lease while the backend lives; needs
--- redlock in shared_preload_libraries).
-DROP FUNCTION redlock_lock(text, integer);
-DROP FUNCTION redlock_xact_lock(text, integer);
-DROP FUNCTION redlock_try_lock(text, integer);
-DROP FUNCTION redlock_try_xact_lock(text, integer);
-
+-- redlock in shared_preload_libraries).  Their argument lists change, so
+-- each is replaced; the replacement takes over the privileges of the old one
+-- further down (see pg_temp.redlock_acl_1_0).
 CREATE FUNCTION redlock_lock(resource text, ttl_ms integer DEFAULT 30000,
                              wait_ms integer DEFAULT NULL,
                              keep_alive boolean DEFAULT false)
@@ -61,18 +160,10 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'redlock_try_xact_lock'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-REVOKE ALL ON FUNCTION
-    redlock_lock(text, integer, integer, boolean),
-    redlock_xact_lock(text, integer, integer, boolean),
-    redlock_try_lock(text, integer, boolean),
-    redlock_try_xact_lock(text, integer, boolean)
-    FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION
-    redlock_lock(text, integer, integer, boolean),
-    redlock_xact_lock(text, integer, integer, boolean),
-    redlock_try_lock(text, integer, boolean),
-    redlock_try_xact_lock(text, integer, boolean)
-    TO redlock_user;
+DROP FUNCTION redlock_lock(text, integer);
+DROP FUNCTION redlock_xact_lock(text, integer);
+DROP FUNCTION redlock_try_lock(text, integer);
+DROP FUNCTION redlock_try_xact_lock(text, integer);
 
 -- redlock_leases shows keep-alive leases, whether the worker lost one, and
 -- whether it stopped extending one at redlock.keep_alive_limit.
@@ -94,6 +185,57 @@ LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 CREATE VIEW redlock_leases AS
     SELECT * FROM redlock_leases();
 GRANT SELECT ON redlock_leases TO PUBLIC;
+
+-- Each replacement gets the ACL of the object it replaces, entry by entry
+-- (granted by the owner).  Those GRANTs run inside this script, so
+-- PostgreSQL records their result as initial privileges; the replaced
+-- object's initial privileges are put back over them, so that a user's
+-- grant stays a user's grant for pg_dump too.  From PostgreSQL 17 on,
+-- pg_shdepend also records the roles of initial privileges (deptype 'i'):
+-- those of roles no longer in them go too.
+DO $$
+DECLARE
+    o record;
+    a record;
+    new_oid oid;
+BEGIN
+    FOR o IN SELECT * FROM pg_temp.redlock_acl_1_0 LOOP
+        new_oid := CASE o.kind
+                   WHEN 'FUNCTION' THEN o.new_name::pg_catalog.regprocedure::oid
+                   ELSE o.new_name::pg_catalog.regclass::oid END;
+        IF o.acl IS NOT NULL THEN
+            EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC', o.kind, o.new_name);
+            FOR a IN
+                SELECT e.grantee, e.privilege_type, e.is_grantable
+                  FROM pg_catalog.aclexplode(o.acl) e
+                 WHERE e.grantee <> o.owner
+            LOOP
+                EXECUTE format('GRANT %s ON %s %s TO %s%s', a.privilege_type, o.kind, o.new_name,
+                               CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+                               CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            END LOOP;
+        END IF;
+
+        IF o.initprivs IS NULL THEN
+            DELETE FROM pg_catalog.pg_init_privs
+             WHERE objoid = new_oid AND classoid = o.catalog AND objsubid = 0;
+        ELSE
+            UPDATE pg_catalog.pg_init_privs SET initprivs = o.initprivs
+             WHERE objoid = new_oid AND classoid = o.catalog AND objsubid = 0;
+        END IF;
+        DELETE FROM pg_catalog.pg_shdepend s
+         WHERE s.deptype = 'i'
+           AND s.dbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                          WHERE d.datname = pg_catalog.current_database())
+           AND s.classid = o.catalog AND s.objid = new_oid
+           AND s.refobjid NOT IN (
+               SELECT r.m FROM pg_catalog.aclexplode(o.initprivs) e,
+                               LATERAL (VALUES (e.grantee), (e.grantor)) AS r(m));
+    END LOOP;
+END
+$$;
+DROP TABLE pg_temp.redlock_acl_1_0;
 
 -- Every lease held or awaited by every backend of this server, like
 -- pg_locks (needs redlock in shared_preload_libraries).  usesysid is the

@@ -11,7 +11,20 @@
  * rejected with ERRCODE_REDLOCK_STALE_TOKEN (RL001).
  *
  *	CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON t
- *		FOR EACH ROW EXECUTE FUNCTION redlock_fence(['column' [, 'mode']]);
+ *		FOR EACH ROW EXECUTE FUNCTION redlock_fence(['column' [, 'mode' ...]]);
+ *
+ * Modes: 'strict' (the default) or 'allow_equal', and 'held'.
+ *
+ * What the fence trusts.  A token is a number anyone who may write the
+ * table can offer.  By default the fence trusts it to come from a grant, as
+ * far as it can tell: grants take their tokens from the clock in
+ * microseconds (max(counter) + 1 at most a few increments above it, or the
+ * clock of another server sharing the nodes), so a token further ahead of
+ * this server's clock than redlock.fence_max_ahead is refused; otherwise
+ * one forged write of 9223372036854775807 would lock every real holder out
+ * of the row for good.  In 'held' mode a token is accepted only when this
+ * session holds a lease with it whose validity has not run out (the
+ * backend's registry knows), so a forged or stale token never lands.
  *
  * Where the offered token comes from:
  *	UPDATE: NEW.col when the UPDATE changes the column; otherwise the setting
@@ -29,6 +42,10 @@
  * server configuration) would go on fencing writes after its lease is gone,
  * so it is refused rather than ignored: ignoring it could let an
  * 'allow_equal' UPDATE through on the column's own value.
+ *
+ * This file parses the trigger call, finds the offered token and judges
+ * it; fence_refuse.c checks it against the clock or the session's leases
+ * and raises every refusal.
  *
  * Concurrency needs nothing here: the trigger manager locks the row before
  * firing BEFORE ROW UPDATE/DELETE triggers, and in READ COMMITTED hands us
@@ -49,27 +66,13 @@
 #include "utils/builtins.h"
 #include "utils/rel.h"
 
+#include "fence_internal.h"
 #include "guc.h"
 #include "redlock.h"
-#include "stats.h"
 
 #define RL_FENCE_DEFAULT_COLUMN "fence_token"
 
 PG_FUNCTION_INFO_V1(redlock_fence);
-
-/* The token column as found in the tuple descriptor. */
-typedef struct FenceColumn
-{
-	const char *name;
-	AttrNumber	attnum;
-	Oid			typid;
-} FenceColumn;
-
-static const char *
-fence_relname(Relation rel)
-{
-	return RelationGetRelationName(rel);
-}
 
 /*
  * Resolve the trigger arguments against the table.  Done on every call: it
@@ -77,36 +80,58 @@ fence_relname(Relation rel)
  * itself, and needs no cache that ALTER TABLE or partitions could outdate.
  */
 static void
-fence_parse_args(TriggerData *trigdata, FenceColumn *col, bool *allow_equal)
+fence_parse_args(FenceCall *fc)
 {
-	Trigger    *trigger = trigdata->tg_trigger;
-	Relation	rel = trigdata->tg_relation;
+	Trigger    *trigger = fc->trigdata->tg_trigger;
+	Relation	rel = fc->rel;
 	TupleDesc	tupdesc = RelationGetDescr(rel);
+	FenceColumn *col = &fc->col;
+	bool		have_comparison = false;
 
-	if (trigger->tgnargs > 2)
+	if (trigger->tgnargs > 3)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("too many arguments for redlock_fence() in trigger \"%s\" on table \"%s\"",
 						trigger->tgname, fence_relname(rel)),
-				 errdetail_plural("The trigger gives %d argument; redlock_fence() takes at most 2.",
-								  "The trigger gives %d arguments; redlock_fence() takes at most 2.",
+				 errdetail_plural("The trigger gives %d argument; redlock_fence() takes at most 3.",
+								  "The trigger gives %d arguments; redlock_fence() takes at most 3.",
 								  trigger->tgnargs, trigger->tgnargs),
-				 errhint("Arguments are the token column (default '%s') and the comparison mode ('strict' or 'allow_equal').",
+				 errhint("Arguments are the token column (default '%s'), then the modes: 'strict' or 'allow_equal', and 'held'.",
 						 RL_FENCE_DEFAULT_COLUMN)));
 
-	*allow_equal = false;
-	if (trigger->tgnargs == 2)
+	fc->allow_equal = false;
+	fc->held = false;
+	for (int i = 1; i < trigger->tgnargs; i++)
 	{
-		const char *mode = trigger->tgargs[1];
+		const char *mode = trigger->tgargs[i];
+		bool		comparison = true;
 
 		if (strcmp(mode, "allow_equal") == 0)
-			*allow_equal = true;
-		else if (strcmp(mode, "strict") != 0)
+			fc->allow_equal = true;
+		else if (strcmp(mode, "strict") == 0)
+			fc->allow_equal = false;
+		else if (strcmp(mode, "held") == 0 && !fc->held)
+		{
+			fc->held = true;
+			comparison = false;
+		}
+		else
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid comparison mode \"%s\" for redlock_fence() in trigger \"%s\" on table \"%s\"",
+					 errmsg("invalid mode \"%s\" for redlock_fence() in trigger \"%s\" on table \"%s\"",
 							mode, trigger->tgname, fence_relname(rel)),
-					 errhint("Use 'strict' (the offered token must be greater than the stored one) or 'allow_equal' (greater or equal).")));
+					 errhint("Use 'strict' (the offered token must be greater than the stored one) or 'allow_equal' (greater or equal), and 'held' (the token must be of a valid lease this session holds), each at most once.")));
+		if (comparison)
+		{
+			if (have_comparison)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid mode \"%s\" for redlock_fence() in trigger \"%s\" on table \"%s\"",
+								mode, trigger->tgname, fence_relname(rel)),
+						 errdetail("The trigger gives more than one of 'strict' and 'allow_equal'."),
+						 errhint("Use 'strict' (the offered token must be greater than the stored one) or 'allow_equal' (greater or equal), and 'held' (the token must be of a valid lease this session holds), each at most once.")));
+			have_comparison = true;
+		}
 	}
 
 	col->name = trigger->tgnargs >= 1 ? trigger->tgargs[0] : RL_FENCE_DEFAULT_COLUMN;
@@ -168,50 +193,29 @@ fence_get(HeapTuple tuple, TupleDesc tupdesc, const FenceColumn *col,
 }
 
 /*
- * The setting holds a token that this transaction did not set.  RL001 like
- * every refusal of the fence: the write offers no token it may use, which is
- * what a fenced-out writer must stop on.
- */
-static void
-fence_reject_scope(Relation rel, const FenceColumn *col, RlTokenScope scope)
-{
-	rl_stats_fence_rejection(RelationGetRelid(rel));
-	ereport(ERROR,
-			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-			 errmsg("fencing token for table \"%s\" was not set in this transaction",
-					fence_relname(rel)),
-			 scope == RL_TOKEN_PLAIN_SET ?
-			 errdetail("The token %s in redlock.fence_token was set for the session (by SET without LOCAL, or set_config() with is_local false), so it would outlive this transaction and its lease.",
-					   rl_fence_token_setting) :
-			 errdetail("The token %s in redlock.fence_token was set outside this transaction (by a session-level SET, ALTER ROLE or ALTER DATABASE SET, or the server configuration), so its lease may be gone.",
-					   rl_fence_token_setting),
-			 errhint("Set the token for the transaction only, with SET LOCAL redlock.fence_token or set_config('redlock.fence_token', ..., true), or set column \"%s\" in the statement.",
-					 col->name),
-			 errtablecol(rel, col->attnum)));
-}
-
-/*
  * redlock.fence_token as int64; false when unset.  The check hook has
  * already made sure it is a positive bigint.  Refuses the write when the
  * token was not set by the current transaction.
  */
 static bool
-fence_setting(Relation rel, const FenceColumn *col, int64 *value)
+fence_setting(const FenceCall *fc, int64 *value)
 {
 	RlTokenScope scope = rl_fence_token_scope();
 
 	if (scope == RL_TOKEN_UNSET)
 		return false;
 	if (scope != RL_TOKEN_TRANSACTION)
-		fence_reject_scope(rel, col, scope);
+		fence_reject_scope(fc, scope);
 	*value = strtoi64(rl_fence_token_setting, NULL, 10);
 	return true;
 }
 
 /* Write the setting's token into NEW, so the row records its writer. */
 static HeapTuple
-fence_stamp(Relation rel, HeapTuple tuple, const FenceColumn *col, int64 token)
+fence_stamp(const FenceCall *fc, HeapTuple tuple, int64 token)
 {
+	Relation	rel = fc->rel;
+	const FenceColumn *col = &fc->col;
 	Datum		d;
 	bool		isnull = false;
 	int			attnum = col->attnum;
@@ -238,102 +242,24 @@ fence_stamp(Relation rel, HeapTuple tuple, const FenceColumn *col, int64 token)
 									 &attnum, &d, &isnull);
 }
 
-/* Why a write offers no token; each gets its own detail message. */
-typedef enum FenceMissing
-{
-	FENCE_UPDATE_UNCHANGED,		/* column untouched, setting unset */
-	FENCE_UPDATE_SET_NULL,		/* the UPDATE sets the column to NULL */
-	FENCE_DELETE_UNSET,			/* DELETE, setting unset */
-	FENCE_INSERT_NULL			/* INSERT, NULL column, setting unset */
-} FenceMissing;
-
-static pg_noreturn void fence_reject_missing(Relation rel,
-											 const FenceColumn *col,
-											 FenceMissing why);
-
-/*
- * All refusals share RL001, so an application can tell a fenced-out write
- * from any other failure; the message says which case it is.
- */
-static void
-fence_reject_missing(Relation rel, const FenceColumn *col, FenceMissing why)
-{
-	const char *relname = fence_relname(rel);
-
-	rl_stats_fence_rejection(RelationGetRelid(rel));
-	switch (why)
-	{
-		case FENCE_UPDATE_UNCHANGED:
-			ereport(ERROR,
-					(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-					 errmsg("missing fencing token for table \"%s\"", relname),
-					 errdetail("The UPDATE leaves column \"%s\" unchanged and redlock.fence_token is not set.",
-							   col->name),
-					 errhint("Set column \"%s\" to the lease's token in the statement, or run SET LOCAL redlock.fence_token first.",
-							 col->name),
-					 errtablecol(rel, col->attnum)));
-			break;
-		case FENCE_UPDATE_SET_NULL:
-			ereport(ERROR,
-					(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-					 errmsg("missing fencing token for table \"%s\"", relname),
-					 errdetail("The UPDATE sets column \"%s\" to NULL.", col->name),
-					 errtablecol(rel, col->attnum)));
-			break;
-		case FENCE_DELETE_UNSET:
-			ereport(ERROR,
-					(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-					 errmsg("missing fencing token for table \"%s\"", relname),
-					 errdetail("A DELETE takes its token from redlock.fence_token, which is not set."),
-					 errhint("Run SET LOCAL redlock.fence_token first."),
-					 errtablecol(rel, col->attnum)));
-			break;
-		case FENCE_INSERT_NULL:
-			ereport(ERROR,
-					(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-					 errmsg("missing fencing token for table \"%s\"", relname),
-					 errdetail("The new row's column \"%s\" is NULL and redlock.fence_token is not set.",
-							   col->name),
-					 errhint("Set column \"%s\" to the lease's token in the statement, or run SET LOCAL redlock.fence_token first.",
-							 col->name),
-					 errtablecol(rel, col->attnum)));
-			break;
-	}
-	pg_unreachable();
-}
-
 /*
  * Judge an offered token against the stored one (have_stored false: the
  * row was never fenced); returns only when the write may go ahead.
  */
 static void
-fence_judge(Relation rel, const FenceColumn *col, bool allow_equal,
-			int64 offered, bool have_stored, int64 stored)
+fence_judge(const FenceCall *fc, int64 offered, bool have_stored, int64 stored)
 {
 	if (offered <= 0)
-	{
-		rl_stats_fence_rejection(RelationGetRelid(rel));
-		ereport(ERROR,
-				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-				 errmsg("invalid fencing token for table \"%s\"", fence_relname(rel)),
-				 errdetail("Offered token %lld is not positive.", (long long) offered),
-				 errtablecol(rel, col->attnum)));
-	}
+		fence_reject_invalid(fc, offered);
 
-	if (!have_stored || offered > stored || (allow_equal && offered == stored))
+	if (fc->held)
+		fence_check_held(fc, offered);
+	else
+		fence_check_clock(fc, offered);
+
+	if (!have_stored || offered > stored || (fc->allow_equal && offered == stored))
 		return;
-
-	rl_stats_fence_rejection(RelationGetRelid(rel));
-	ereport(ERROR,
-			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-			 errmsg("stale fencing token for table \"%s\"", fence_relname(rel)),
-			 allow_equal ?
-			 errdetail("Offered token %lld is less than the stored token %lld.",
-					   (long long) offered, (long long) stored) :
-			 errdetail("Offered token %lld is not greater than the stored token %lld.",
-					   (long long) offered, (long long) stored),
-			 errhint("A newer lease holder has written this row; take the lease again and re-read the row."),
-			 errtablecol(rel, col->attnum)));
+	fence_reject_stale(fc, offered, stored);
 }
 
 Datum
@@ -343,8 +269,7 @@ redlock_fence(PG_FUNCTION_ARGS)
 	TriggerEvent event;
 	Relation	rel;
 	TupleDesc	tupdesc;
-	FenceColumn col;
-	bool		allow_equal;
+	FenceCall	fc;
 	int64		setting = 0;
 
 	/* trigger protocol: BEFORE ROW INSERT/UPDATE/DELETE only */
@@ -376,7 +301,9 @@ redlock_fence(PG_FUNCTION_ARGS)
 						trigdata->tg_trigger->tgname, fence_relname(rel)),
 				 errdetail("An AFTER or INSTEAD OF trigger cannot stop the write before it is applied.")));
 
-	fence_parse_args(trigdata, &col, &allow_equal);
+	fc.trigdata = trigdata;
+	fc.rel = rel;
+	fence_parse_args(&fc);
 	tupdesc = RelationGetDescr(rel);
 
 	if (TRIGGER_FIRED_BY_UPDATE(event))
@@ -387,34 +314,34 @@ redlock_fence(PG_FUNCTION_ARGS)
 		bool		have_new,
 					have_stored;
 
-		have_stored = fence_get(trigdata->tg_trigtuple, tupdesc, &col, &stored);
-		have_new = fence_get(newtuple, tupdesc, &col, &offered);
+		have_stored = fence_get(trigdata->tg_trigtuple, tupdesc, &fc.col, &stored);
+		have_new = fence_get(newtuple, tupdesc, &fc.col, &offered);
 
 		if (have_new != have_stored || (have_new && offered != stored))
 		{
 			/* the statement changed the column: that is the offered token */
 			if (!have_new)
-				fence_reject_missing(rel, &col, FENCE_UPDATE_SET_NULL);
+				fence_reject_missing(&fc, FENCE_UPDATE_SET_NULL);
 		}
-		else if (fence_setting(rel, &col, &setting))
+		else if (fence_setting(&fc, &setting))
 		{
-			fence_judge(rel, &col, allow_equal, setting, have_stored, stored);
+			fence_judge(&fc, setting, have_stored, stored);
 			if (!have_new || offered != setting)
-				newtuple = fence_stamp(rel, newtuple, &col, setting);
+				newtuple = fence_stamp(&fc, newtuple, setting);
 			return PointerGetDatum(newtuple);
 		}
 		else if (trigdata->tg_updatedcols == NULL ||
-				 !bms_is_member(col.attnum - FirstLowInvalidHeapAttributeNumber,
+				 !bms_is_member(fc.col.attnum - FirstLowInvalidHeapAttributeNumber,
 								trigdata->tg_updatedcols))
-			fence_reject_missing(rel, &col, FENCE_UPDATE_UNCHANGED);
+			fence_reject_missing(&fc, FENCE_UPDATE_UNCHANGED);
 		else if (!have_new)
-			fence_reject_missing(rel, &col, FENCE_UPDATE_SET_NULL);
+			fence_reject_missing(&fc, FENCE_UPDATE_SET_NULL);
 
 		/*
 		 * Reached with the column changed, or assigned its current value
 		 * (the same holder writing again, which only 'allow_equal' accepts).
 		 */
-		fence_judge(rel, &col, allow_equal, offered, have_stored, stored);
+		fence_judge(&fc, offered, have_stored, stored);
 		return PointerGetDatum(newtuple);
 	}
 	else if (TRIGGER_FIRED_BY_DELETE(event))
@@ -422,10 +349,10 @@ redlock_fence(PG_FUNCTION_ARGS)
 		int64		stored = 0;
 		bool		have_stored;
 
-		have_stored = fence_get(trigdata->tg_trigtuple, tupdesc, &col, &stored);
-		if (!fence_setting(rel, &col, &setting))
-			fence_reject_missing(rel, &col, FENCE_DELETE_UNSET);
-		fence_judge(rel, &col, allow_equal, setting, have_stored, stored);
+		have_stored = fence_get(trigdata->tg_trigtuple, tupdesc, &fc.col, &stored);
+		if (!fence_setting(&fc, &setting))
+			fence_reject_missing(&fc, FENCE_DELETE_UNSET);
+		fence_judge(&fc, setting, have_stored, stored);
 		return PointerGetDatum(trigdata->tg_trigtuple);
 	}
 	else
@@ -434,14 +361,14 @@ redlock_fence(PG_FUNCTION_ARGS)
 		HeapTuple	newtuple = trigdata->tg_trigtuple;
 		int64		offered = 0;
 
-		if (fence_get(newtuple, tupdesc, &col, &offered))
+		if (fence_get(newtuple, tupdesc, &fc.col, &offered))
 		{
-			fence_judge(rel, &col, allow_equal, offered, false, 0);
+			fence_judge(&fc, offered, false, 0);
 			return PointerGetDatum(newtuple);
 		}
-		if (!fence_setting(rel, &col, &setting))
-			fence_reject_missing(rel, &col, FENCE_INSERT_NULL);
-		fence_judge(rel, &col, allow_equal, setting, false, 0);
-		return PointerGetDatum(fence_stamp(rel, newtuple, &col, setting));
+		if (!fence_setting(&fc, &setting))
+			fence_reject_missing(&fc, FENCE_INSERT_NULL);
+		fence_judge(&fc, setting, false, 0);
+		return PointerGetDatum(fence_stamp(&fc, newtuple, setting));
 	}
 }

@@ -40,6 +40,7 @@ char	   *rl_key_prefix = NULL;
 char	   *rl_username = NULL;
 char	   *rl_password = NULL;
 char	   *rl_fence_token_setting = NULL;
+int			rl_fence_max_ahead_s = 300;
 int			rl_max_leases = 1024;
 int			rl_keep_alive_limit_s = 3600;
 int			rl_stats_max_databases = 256;
@@ -485,6 +486,15 @@ rl_define_gucs(void)
 							   PGC_USERSET,
 							   0,
 							   check_fence_token, NULL, NULL);
+
+	DefineCustomIntVariable("redlock.fence_max_ahead",
+							"How far a fencing token may be ahead of this server's clock.",
+							"Tokens are proposed from the clock in microseconds, so no grant gives one far ahead of it; the fence refuses a token further ahead (-1: no limit).  Writes in the 'held' mode of redlock_fence() are not checked.",
+							&rl_fence_max_ahead_s,
+							300, -1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
 
 	/*
 	 * The statistics tables and the lock table live in shared memory, so

@@ -25,6 +25,7 @@ extern char *rl_key_prefix;
 extern char *rl_username;
 extern char *rl_password;
 extern char *rl_fence_token_setting;
+extern int	rl_fence_max_ahead_s;	/* seconds; -1: no limit */
 extern int	rl_max_leases;	/* only with shared_preload_libraries */
 extern int	rl_keep_alive_limit_s;
 extern int	rl_stats_max_databases; /* only with shared_preload_libraries */

@@ -20,8 +20,11 @@
 #include "worker.h"
 
 #ifdef PG_MODULE_MAGIC_EXT
-/* 18+: name and version show in pg_get_loaded_modules() */
-PG_MODULE_MAGIC_EXT(.name = "redlock", .version = "1.0");
+/*
+ * 18+: name and version show in pg_get_loaded_modules().  Keep the version
+ * equal to default_version in redlock.control.
+ */
+PG_MODULE_MAGIC_EXT(.name = "redlock", .version = "1.1");
 #else
 PG_MODULE_MAGIC;
 #endif

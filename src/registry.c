@@ -185,6 +185,28 @@ rl_registry_valid_until(const RlLease *lease)
 	return lease->valid_until_us;
 }
 
+/*
+ * The lease this session holds with a given token, for the fence's 'held'
+ * mode; NULL if none.  A linear scan: a session holds few leases.
+ */
+RlLease *
+rl_registry_held_token(int64 token)
+{
+	HASH_SEQ_STATUS status;
+	RlLease    *lease;
+
+	for (lease = rl_registry_next(&status, true); lease != NULL;
+		 lease = rl_registry_next(&status, false))
+	{
+		if (lease->state == RL_LEASE_HELD && lease->token == token)
+		{
+			hash_seq_term(&status);
+			return lease;
+		}
+	}
+	return NULL;
+}
+
 long
 rl_registry_count(void)
 {

@@ -61,6 +61,7 @@ typedef enum RlDropScope
 
 extern RlLease *rl_registry_find(const char *resource);
 extern RlLease *rl_registry_held(const char *resource);
+extern RlLease *rl_registry_held_token(int64 token);
 extern RlLease *rl_registry_enter(const char *resource);
 extern int	rl_registry_begin_acquire(const char *resource, const char *key);
 extern void rl_registry_end_acquire(RlLease *lease);

@@ -362,11 +362,11 @@ redlock_stats_reset(PG_FUNCTION_ARGS)
 	RlDbStats  *db;
 	RlFenceStats *fence;
 
-	if (!superuser())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to reset redlock statistics"),
-				 errhint("Only superusers may reset them.")));
+	/*
+	 * No superuser() check: the script revokes EXECUTE from PUBLIC, so a
+	 * superuser can grant the reset to a monitoring role, as with
+	 * pg_stat_statements_reset().
+	 */
 	stats_required();
 
 	LWLockAcquire(rl_shared->lock, LW_EXCLUSIVE);
