@@ -83,20 +83,6 @@ node_reply_refusal(void)
 	return why;
 }
 
-/*
- * How long a connection may owe replies without producing one before it is
- * dropped.  Rounds stop waiting for a silent node after node_timeout; the
- * connection itself is kept much longer, because a node that is merely slow
- * (overloaded) still applies the releases we pipeline behind its backlog,
- * while a dropped connection would lose them and leave locks to their TTL.
- * A stalled node is dropped sooner anyway when its reply ring fills up.
- */
-int64_t
-node_silence_limit_us(void)
-{
-	return Max((int64_t) rl_node_timeout_ms * 10, 1000) * 1000;
-}
-
 int
 rl_nodes_count(void)
 {
@@ -570,36 +556,6 @@ node_event(RlNode *node, RlRequest *req, bool readable, bool writable)
 }
 
 /*
- * What a node whose connect ran out of time was doing, for the message
- * (NULL: it is not connecting).
- */
-static const char *
-node_phase_timeout(RlNode *node, char *buf, size_t len)
-{
-	int			ms = (int) ((rl_now_us() - node->connect_started_us) / 1000);
-
-	switch (node->state)
-	{
-		case RL_CONN_RESOLVING:
-			snprintf(buf, len, "could not resolve host name \"%s\": no answer after %d ms",
-					 node->addr.host, ms);
-			return buf;
-		case RL_CONN_CONNECTING:
-			snprintf(buf, len, "connect timed out after %d ms", rl_connect_timeout_ms);
-			return buf;
-		case RL_CONN_HANDSHAKE:
-			if (tls_heard_server(node))
-				snprintf(buf, len, "TLS handshake timed out after %d ms", ms);
-			else
-				snprintf(buf, len, "TLS handshake timed out after %d ms: the node never answered the TLS hello (a Redis without TLS on this port waits in silence for the rest of a command)",
-						 ms);
-			return buf;
-		default:
-			return NULL;
-	}
-}
-
-/*
  * The connection broke under this round's request.  A connection that sat
  * idle since the last round may simply have been closed by a restarted
  * node: reconnect once at once and send the request again, instead of
@@ -623,17 +579,4 @@ node_lost(RlNode *node, RlRequest *req, const char *what)
 		return;
 	}
 	node_fail_hint(node, req, report_closed_hint(node), "%s", what);
-}
-
-/* The node's connect ran out of time: fail it, saying in which phase. */
-void
-node_connect_timed_out(RlNode *node, RlRequest *req)
-{
-	char		why[RL_DETAIL_LEN];
-	const char *hint = NULL;
-
-	if (node->state == RL_CONN_HANDSHAKE && !tls_heard_server(node))
-		hint = report_closed_hint(node);
-	node_fail_hint(node, req, hint, "%s",
-				   node_phase_timeout(node, why, sizeof(why)));
 }

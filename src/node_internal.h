@@ -5,8 +5,10 @@
  *	  backend, shared by node_conn.c (connection lifecycle), node_resolve.c
  *	  (addresses), node_sock.c (the socket and its buffers), node_tls.c
  *	  (TLS), node_pipeline.c (commands queued on a connection and the
- *	  replies it owes), node_round.c (one request sent to every node,
- *	  replies awaited) and node_wait.c (the wait itself).
+ *	  replies it owes), node_server.c (which server answers: INFO server
+ *	  at connect), node_report.c (failures told, with hints), node_round.c
+ *	  (one request sent to every node, replies awaited) and node_wait.c
+ *	  (the wait itself).
  *
  *	  Nothing outside those files includes this header.
  *
@@ -156,13 +158,11 @@ extern bool rl_wes_stale;		/* sockets changed: rebuild the wait set */
 extern bool rl_latch_fired;		/* the latch was set during a round */
 
 /* node_conn.c */
-extern int64_t node_silence_limit_us(void);
 extern void node_connect(RlNode *node, RlRequest *req);
 extern void node_disconnect(RlNode *node);
 extern int	node_wanted_events(const RlNode *node);
 extern void node_event(RlNode *node, RlRequest *req, bool readable, bool writable);
 extern void node_resolved(RlNode *node, RlRequest *req);
-extern void node_connect_timed_out(RlNode *node, RlRequest *req);
 extern void node_fail(RlNode *node, RlRequest *req, const char *fmt,...) pg_attribute_printf(3, 4);
 extern void node_fail_hint(RlNode *node, RlRequest *req, const char *hint,
 						   const char *fmt,...) pg_attribute_printf(4, 5);
@@ -198,6 +198,7 @@ extern void report_clip(char *dst, size_t len, const char *fmt,...) pg_attribute
 extern void report_vclip(char *dst, size_t len, const char *fmt, va_list args) pg_attribute_printf(3, 0);
 extern const char *report_closed_hint(const RlNode *node);
 extern const char *report_text_hint(const char *text);
+extern void report_connect_timeout(RlNode *node, RlRequest *req);
 
 /* node_tls.c */
 extern bool tls_begin(RlNode *node, char *err, size_t errlen);

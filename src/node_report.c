@@ -153,3 +153,46 @@ rl_nodes_error_hint(const RlRequest *req, const char *fallback)
 	}
 	return fallback;
 }
+
+/*
+ * What a node whose connect ran out of time was doing, for the message
+ * (NULL: it is not connecting).
+ */
+static const char *
+phase_timeout(RlNode *node, char *buf, size_t len)
+{
+	int			ms = (int) ((rl_now_us() - node->connect_started_us) / 1000);
+
+	switch (node->state)
+	{
+		case RL_CONN_RESOLVING:
+			snprintf(buf, len, "could not resolve host name \"%s\": no answer after %d ms",
+					 node->addr.host, ms);
+			return buf;
+		case RL_CONN_CONNECTING:
+			snprintf(buf, len, "connect timed out after %d ms", rl_connect_timeout_ms);
+			return buf;
+		case RL_CONN_HANDSHAKE:
+			if (tls_heard_server(node))
+				snprintf(buf, len, "TLS handshake timed out after %d ms", ms);
+			else
+				snprintf(buf, len, "TLS handshake timed out after %d ms: the node never answered the TLS hello (a Redis without TLS on this port waits in silence for the rest of a command)",
+						 ms);
+			return buf;
+		default:
+			return NULL;
+	}
+}
+
+/* The node's connect ran out of time: fail it, saying in which phase. */
+void
+report_connect_timeout(RlNode *node, RlRequest *req)
+{
+	char		why[RL_DETAIL_LEN];
+	const char *hint = NULL;
+
+	if (node->state == RL_CONN_HANDSHAKE && !tls_heard_server(node))
+		hint = report_closed_hint(node);
+	node_fail_hint(node, req, hint, "%s",
+				   phase_timeout(node, why, sizeof(why)));
+}

@@ -27,6 +27,20 @@
 #include "node_internal.h"
 
 /*
+ * How long a connection may owe replies without producing one before it is
+ * dropped.  Rounds stop waiting for a silent node after node_timeout; the
+ * connection itself is kept much longer, because a node that is merely slow
+ * (overloaded) still applies the releases we pipeline behind its backlog,
+ * while a dropped connection would lose them and leave locks to their TTL.
+ * A stalled node is dropped sooner anyway when its reply ring fills up.
+ */
+static int64_t
+silence_limit_us(void)
+{
+	return Max((int64_t) rl_node_timeout_ms * 10, 1000) * 1000;
+}
+
+/*
  * Before a round: take replies that arrived since the last one, and drop
  * connections that have owed replies in silence for too long.
  */
@@ -44,11 +58,11 @@ nodes_housekeeping(void)
 		if (node->state == RL_CONN_READY && node->owed_count > 0)
 			pipeline_read(node, NULL);
 		if (node->state == RL_CONN_READY && node->owed_count > 0 &&
-			now - node->last_progress_us > node_silence_limit_us())
+			now - node->last_progress_us > silence_limit_us())
 			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
 					  (int) ((now - node->last_progress_us) / 1000));
 		else if (node_connecting(node) && now > node->connect_deadline_us)
-			node_connect_timed_out(node, NULL);
+			report_connect_timeout(node, NULL);
 	}
 }
 
@@ -201,7 +215,7 @@ node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 
 	if (node_connecting(node) && !round_deadline)
 	{
-		node_connect_timed_out(node, req);
+		report_connect_timeout(node, req);
 		return;
 	}
 	res->vote = RL_VOTE_FAILED;
@@ -438,11 +452,11 @@ rl_nodes_ping_idle(int interval_ms)
 		RlNode	   *node = &rl_nodes[i];
 
 		if (node->state == RL_CONN_READY && node->owed_count > 0 &&
-			now - node->last_progress_us > node_silence_limit_us())
+			now - node->last_progress_us > silence_limit_us())
 			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
 					  (int) ((now - node->last_progress_us) / 1000));
 		else if (node_connecting(node) && now > node->connect_deadline_us)
-			node_connect_timed_out(node, NULL);
+			report_connect_timeout(node, NULL);
 		else if (node->state == RL_CONN_READY && node->owed_count == 0 &&
 				 now - node->last_heard_us >= (int64_t) interval_ms * 1000)
 		{

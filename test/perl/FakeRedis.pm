@@ -73,6 +73,7 @@ use warnings FATAL => 'all';
 
 use IO::Select;
 use IO::Socket::INET;
+use Socket qw(IPPROTO_TCP TCP_NODELAY);
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -230,40 +231,43 @@ sub good_answer
 	return "+OK\r\n";
 }
 
+# the fixed wrong answers, built once: some are megabytes long, and building
+# them for every request made the first answers on a connection late
+my %fixed = (
+	status => "+OK\r\n",
+	integer => ":1\r\n",
+	integer2 => ":2\r\n",
+	array => "*2\r\n\$1\r\na\r\n:5\r\n",
+	nil_array => "*-1\r\n",
+	error => "-ERR fake failure\r\n",
+	wrongtype => "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+	noscript => "-NOSCRIPT No matching script. Please use EVAL.\r\n",
+	long_error => '-ERR ' . ('x' x (1024 * 1024)) . "\r\n",
+	huge_bulk => "\$1099511627776\r\n",
+	max_bulk => "\$9223372036854775807\r\n",
+	neg_bulk => "\$-5\r\n",
+	bad_len => "\$12x\r\n",
+	huge_array => "*2147483647\r\n",
+	wrap_array => "*4294967297\r\n:1\r\n",
+	deep_nest => ("*1\r\n" x 20) . ":1\r\n",
+	nest5 => ("*1\r\n" x 5) . ":1\r\n",
+	nest_huge => ("*1\r\n" x 300_000) . ":1\r\n",
+	bad_counter => "\$3\r\n-12\r\n",
+	long_counter => "\$20\r\n99999999999999999999\r\n",
+	zero_counter => "\$2\r\n00\r\n",
+	counter_max => "\$19\r\n9223372036854775807\r\n",
+	counter_ahead => "\$19\r\n9000000000000000000\r\n",
+	resp3 => "%1\r\n+a\r\n:1\r\n",
+	garbage => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+	nul_bytes => "\0\0\0\0\r\n",
+);
+
 # what to do with one request: list of [delay_s, bytes] chunks, then an action
 # ('keep', 'close', 'flood')
 sub answer
 {
 	my ($mode, $args, $link, $c) = @_;
 	my $good = good_answer($args, $link);
-	my %fixed = (
-		status => "+OK\r\n",
-		integer => ":1\r\n",
-		integer2 => ":2\r\n",
-		array => "*2\r\n\$1\r\na\r\n:5\r\n",
-		nil_array => "*-1\r\n",
-		error => "-ERR fake failure\r\n",
-		wrongtype => "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
-		noscript => "-NOSCRIPT No matching script. Please use EVAL.\r\n",
-		long_error => '-ERR ' . ('x' x (1024 * 1024)) . "\r\n",
-		huge_bulk => "\$1099511627776\r\n",
-		max_bulk => "\$9223372036854775807\r\n",
-		neg_bulk => "\$-5\r\n",
-		bad_len => "\$12x\r\n",
-		huge_array => "*2147483647\r\n",
-		wrap_array => "*4294967297\r\n:1\r\n",
-		deep_nest => ("*1\r\n" x 20) . ":1\r\n",
-		nest5 => ("*1\r\n" x 5) . ":1\r\n",
-		nest_huge => ("*1\r\n" x 300_000) . ":1\r\n",
-		bad_counter => "\$3\r\n-12\r\n",
-		long_counter => "\$20\r\n99999999999999999999\r\n",
-		zero_counter => "\$2\r\n00\r\n",
-		counter_max => "\$19\r\n9223372036854775807\r\n",
-		counter_ahead => "\$19\r\n9000000000000000000\r\n",
-		resp3 => "%1\r\n+a\r\n:1\r\n",
-		garbage => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
-		nul_bytes => "\0\0\0\0\r\n",
-	);
 	my $cmd = uc($args->[0] // '');
 	my $kind = $cmd eq 'EVAL' ? script_kind($args->[1] // '') : lc $cmd;
 
@@ -415,6 +419,9 @@ sub serve
 			{
 				my $s = $listen->accept or next;
 				$s->blocking(0);
+				# as Redis does: several answers in a row must not wait
+				# for Nagle and the client's delayed ACK
+				setsockopt($s, IPPROTO_TCP, TCP_NODELAY, 1);
 				$nconn++;
 				print $log "conn $nconn: connected\n";
 				if ($mode eq 'close_on_connect')
