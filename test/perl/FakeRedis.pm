@@ -46,9 +46,10 @@
 #                 once, and its real answer comes back that late
 #   slow_release  acquire answered at once, everything else 100 ms late
 #                 (not in @MODES either)
-#   stream        well-formed answers to INFO, PING and AUTH; to anything
-#                 else "$4000000000" and then its bytes, as fast as they go
-#                 (up to flood_limit bytes, default 256 MB, then silence)
+#   stream        well-formed answers to INFO server, PING and AUTH; to
+#                 anything else (a full INFO too) "$4000000000" and then its
+#                 bytes, as fast as they go (up to flood_limit bytes,
+#                 default 256 MB, then silence)
 #   push_stream   well-formed answers; a SUBSCRIBE is confirmed and then
 #                 followed by a message on its first channel whose payload
 #                 announces 4000000000 bytes and streams them (flood_limit)
@@ -276,7 +277,8 @@ sub answer
 	  if $cmd eq 'INFO' && (exists $fixed{$mode} || $mode =~ /counter/);
 	if ($mode eq 'stream')
 	{
-		return ([ [ 0, $good ] ], 'keep') if grep { $cmd eq $_ } qw(INFO PING AUTH);
+		return ([ [ 0, $good ] ], 'keep')
+		  if $cmd eq 'PING' || $cmd eq 'AUTH' || ($cmd eq 'INFO' && lc($args->[1] // '') eq 'server');
 		return ([ [ 0, "\$4000000000\r\n" ] ], 'flood');
 	}
 	if ($mode eq 'push_stream')
