@@ -97,7 +97,13 @@ cmp_ok($hwm1 - $hwm0, '<', 16 * 1024,
 note "streamed to the backend: ${\ $stream->flooded } bytes";
 is($s->query_safe('SELECT 1'), '1', 'the backend lives on');
 
-# the same for redlock_nodes (INFO, PING and CONFIG GET are replies too)
+# the same for redlock_nodes (INFO, PING and CONFIG GET are replies too),
+# in a new session: new connections, whose full INFO is streamed
+$s->quit;
+$s = session(nodes => join(',', $r1->addr, $stream->addr, $silent->addr),
+	node_timeout => '5s');
+$pid = $s->query_safe('SELECT pg_backend_pid()');
+$s->query_safe('SELECT count(*) FROM redlock_leases');
 $hwm0 = proc_kb($pid, 'VmHWM');
 my $logpos = -s $pg->logfile;
 ($out, $err) = run($s, "SELECT node, reachable FROM redlock_nodes ORDER BY node");
