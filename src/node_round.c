@@ -94,13 +94,16 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 	{
 		if (now < node->retry_at_us && honour_backoff)
 		{
+			char		why[RL_DETAIL_LEN - 80];	/* room for the rest */
+
 			res->vote = RL_VOTE_FAILED;
 			res->in_backoff = true;
 			res->hint = node->last_hint;
-			report_clip(res->detail, sizeof(res->detail),
-						"not asked: it failed %d ms ago (%s), next attempt in %d ms",
-						(int) ((now - node->failed_at_us) / 1000), node->last_error,
-						(int) ((node->retry_at_us - now + 999) / 1000));
+			report_clip(why, sizeof(why), "%s", node->last_error);
+			snprintf(res->detail, sizeof(res->detail),
+					 "not asked: it failed %d ms ago (%s), next attempt in %d ms",
+					 (int) ((now - node->failed_at_us) / 1000), why,
+					 (int) ((node->retry_at_us - now + 999) / 1000));
 			if (req->must_deliver)
 				pipeline_keep(node, req);
 			return;
