@@ -14,6 +14,8 @@ OBJS = \
 	src/node_pipeline.o \
 	src/node_round.o \
 	src/node_wait.o \
+	src/node_server.o \
+	src/node_report.o \
 	src/protocol.o \
 	src/protocol_extend.o \
 	src/protocol_handoff.o \

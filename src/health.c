@@ -59,7 +59,72 @@ probe(RlRequest *req, int argc, const char **argv, const size_t *argvlen)
 	req->argc = argc;
 	req->argv = argv;
 	req->argvlen = argvlen;
+	req->probe = true;
 	rl_nodes_run(req);
+}
+
+/* INFO field as a number, or -1 if missing */
+static int64
+info_number(const char *info, const char *field)
+{
+	char	   *v = info_field(info, field);
+	int64		n = -1;
+
+	if (v != NULL && v[0] != '\0')
+		n = strtoll(v, NULL, 10);
+	if (v != NULL)
+		pfree(v);
+	return n;
+}
+
+/*
+ * Warnings read from a node's INFO: what makes its locks unsafe or its
+ * answers fail or stall.
+ */
+static List *
+info_warnings(List *warnings, const char *info)
+{
+	char	   *policy = info_field(info, "maxmemory_policy");
+	int64		maxmemory = info_number(info, "maxmemory");
+	int64		used = info_number(info, "used_memory");
+
+	if (info_number(info, "cluster_enabled") == 1)
+		warnings = lappend(warnings,
+						   "cluster mode is enabled (cluster_enabled:1): redlock needs independent masters, not a Redis Cluster; keys of other slots are refused");
+	if (policy != NULL && strcmp(policy, "noeviction") == 0 && maxmemory > 0 &&
+		used >= 0)
+	{
+		if (used >= maxmemory)
+			warnings = lappend(warnings,
+							   psprintf("used_memory (" INT64_FORMAT " bytes) is over maxmemory (" INT64_FORMAT " bytes) with noeviction: the node refuses writes (OOM), so it grants no lease",
+										used, maxmemory));
+		else if (used >= maxmemory / 10 * 9)
+			warnings = lappend(warnings,
+							   psprintf("used_memory is %d%% of maxmemory with noeviction: the node refuses writes (OOM) once it is full",
+										(int) (used * 100 / maxmemory)));
+	}
+	if (info_number(info, "loading") == 1)
+		warnings = lappend(warnings,
+						   "loading its data set: it answers nothing else until done");
+
+	/*
+	 * A fork copies the page tables of the whole data set and stalls the
+	 * node for that long; AOF rewrites of nodes with the same write volume
+	 * tend to start together.
+	 */
+	if (info_number(info, "aof_rewrite_in_progress") == 1)
+		warnings = lappend(warnings,
+						   "AOF rewrite in progress (a fork): the node may stall past node_timeout while it forks and finishes");
+	else if (info_number(info, "aof_rewrite_scheduled") == 1)
+		warnings = lappend(warnings,
+						   "AOF rewrite scheduled (a fork): the node may stall past node_timeout while it forks and finishes");
+	if (info_number(info, "rdb_bgsave_in_progress") == 1)
+		warnings = lappend(warnings,
+						   "RDB snapshot in progress (a fork): the node may stall past node_timeout while it forks");
+	if (info_number(info, "module_fork_in_progress") == 1)
+		warnings = lappend(warnings,
+						   "a module's fork in progress: the node may stall past node_timeout while it forks");
+	return warnings;
 }
 
 PG_FUNCTION_INFO_V1(redlock_nodes);
@@ -122,6 +187,13 @@ redlock_nodes(PG_FUNCTION_ARGS)
 		if (role != NULL && strcmp(role, "master") != 0)
 			warnings = lappend(warnings,
 							   psprintf("replication role is %s: redlock needs independent masters", role));
+		if (text != NULL)
+			warnings = info_warnings(warnings, text);
+		if (rl_node_same_as(i) >= 0)
+			warnings = lappend(warnings,
+							   psprintf("the same Redis server as %s (run_id %s): a majority would count it twice, so lock calls are refused until one of the two entries is removed",
+										rl_node_name(rl_node_same_as(i)),
+										rl_node_ident(i)->run_id));
 
 		values[0] = CStringGetTextDatum(rl_node_name(i));
 		values[1] = BoolGetDatum(reachable);

@@ -136,7 +136,7 @@ report_unavailable(const char *resource, const RlRequest *req, bool extending)
 				 errmsg("could not acquire lease on \"%s\": Redis nodes answered with errors",
 						resource),
 				 errdetail_internal("%s", nodes.data + 1),
-				 errhint("Check the nodes' logs, redlock.username and redlock.password.")));
+				 errhint("%s", rl_nodes_error_hint(req, "Check the nodes' logs, redlock.username and redlock.password."))));
 	}
 	rl_stats_count(RL_STAT_REFUSED_NO_QUORUM);
 	ereport(ERROR,
@@ -151,7 +151,7 @@ report_unavailable(const char *resource, const RlRequest *req, bool extending)
 							  req->tally.failed,
 							  req->tally.failed, req->nnodes,
 							  rl_majority(req->nnodes), nodes.data),
-			 errhint("Check that the nodes in redlock.nodes are running and reachable.")));
+			 errhint("%s", rl_nodes_error_hint(req, "Check that the nodes in redlock.nodes are running and reachable."))));
 }
 
 /* ---------- acquire ---------- */

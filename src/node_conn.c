@@ -135,6 +135,8 @@ node_disconnect(RlNode *node)
 		node->reader = NULL;
 	}
 	sock_reset_output(node);
+	node->bytes_in = 0;
+	node->reply_bytes = 0;
 	node->state = RL_CONN_NONE;
 	node->want_write = false;
 	pipeline_requeue_owed(node);
@@ -208,6 +210,8 @@ rl_nodes_apply_config(void)
 						 node->addr.host, node->addr.port);
 			node->wes_pos = -1;
 			node->fd = -1;
+			node->same_as = -1;
+			node->ident.uptime_s = -1;
 		}
 		rl_nnodes = rl_node_list->count;
 	}
@@ -219,15 +223,18 @@ rl_nodes_apply_config(void)
  * A node failed: close its connection, fail this round's pending request on
  * it, and back off before connecting again.
  */
-void
-node_fail(RlNode *node, RlRequest *req, const char *fmt,...)
+static void
+node_vfail(RlNode *node, RlRequest *req, const char *hint, const char *fmt,
+		   va_list args) pg_attribute_printf(4, 0);
+
+static void
+node_vfail(RlNode *node, RlRequest *req, const char *hint, const char *fmt,
+		   va_list args)
 {
-	va_list		args;
 	int			idx = node - rl_nodes;
 
-	va_start(args, fmt);
-	vsnprintf(node->last_error, sizeof(node->last_error), fmt, args);
-	va_end(args);
+	report_vclip(node->last_error, sizeof(node->last_error), fmt, args);
+	node->last_hint = hint ? hint : report_text_hint(node->last_error);
 	node->failed_at_us = rl_now_us();
 
 	if (req != NULL && !req->skip[idx] &&
@@ -238,6 +245,7 @@ node_fail(RlNode *node, RlRequest *req, const char *fmt,...)
 		req->results[idx].vote = RL_VOTE_FAILED;
 		strlcpy(req->results[idx].detail, node->last_error,
 				sizeof(req->results[idx].detail));
+		req->results[idx].hint = node->last_hint;
 	}
 
 	/* one log line when a node goes away, one when it is back */
@@ -255,10 +263,33 @@ node_fail(RlNode *node, RlRequest *req, const char *fmt,...)
 	node->retry_at_us = rl_now_us() + (int64_t) node->backoff_ms * 1000;
 }
 
+void
+node_fail(RlNode *node, RlRequest *req, const char *fmt,...)
+{
+	va_list		args;
+
+	va_start(args, fmt);
+	node_vfail(node, req, NULL, fmt, args);
+	va_end(args);
+}
+
+/* node_fail, with what is likely wrong (a full sentence, static text) */
+void
+node_fail_hint(RlNode *node, RlRequest *req, const char *hint,
+			   const char *fmt,...)
+{
+	va_list		args;
+
+	va_start(args, fmt);
+	node_vfail(node, req, hint, fmt, args);
+	va_end(args);
+}
+
 /* The node answered: end its backoff, and say so if it had been down. */
 void
 node_answering(RlNode *node)
 {
+	node->last_heard_us = rl_now_us();
 	node->backoff_ms = 0;
 	if (node->reported_down)
 	{
@@ -336,6 +367,12 @@ node_connect(RlNode *node, RlRequest *req)
 			return;
 		}
 	}
+	/* who the server is: its answer comes before anything else's */
+	if (!server_queue_info(node))
+	{
+		node_fail(node, req, "could not queue INFO");
+		return;
+	}
 	pipeline_send_kept(node);
 
 	resolve_start(node);
@@ -390,15 +427,19 @@ static void
 node_ready(RlNode *node, RlRequest *req)
 {
 	node->state = RL_CONN_READY;
-	node->asked_at_us = node->last_progress_us = rl_now_us();
+	node->asked_at_us = node->last_progress_us = node->last_heard_us =
+		rl_now_us();
 	pipeline_write(node, req);
 }
 
-/* Take the TLS handshake as far as it goes now. */
+/*
+ * Take the TLS handshake as far as it goes now.  plain: what the node sent
+ * instead of a TLS record, or "".
+ */
 static void
-node_handshake(RlNode *node, RlRequest *req)
+node_handshake(RlNode *node, RlRequest *req, const char *plain)
 {
-	char		why[192];
+	char		why[RL_DETAIL_LEN];
 
 	switch (tls_handshake(node, why, sizeof(why)))
 	{
@@ -408,7 +449,14 @@ node_handshake(RlNode *node, RlRequest *req)
 		case 0:
 			break;				/* wait for node->tls_events */
 		default:
-			node_fail(node, req, "%s", why);
+			if (plain[0] != '\0')
+				node_fail_hint(node, req, report_closed_hint(node),
+							   "%s (the node answered in plain text: \"%s\"; it does not use TLS on this port)",
+							   why, plain);
+			else if (strstr(why, "closed the connection") != NULL)
+				node_fail_hint(node, req, report_closed_hint(node), "%s", why);
+			else
+				node_fail(node, req, "%s", why);
 			break;
 	}
 }
@@ -459,7 +507,7 @@ node_connect_done(RlNode *node, RlRequest *req)
 		}
 		node->state = RL_CONN_HANDSHAKE;
 		node->phase_started_us = rl_now_us();
-		node_handshake(node, req);
+		node_handshake(node, req, "");
 		return;
 	}
 	node_ready(node, req);
@@ -501,7 +549,14 @@ node_event(RlNode *node, RlRequest *req, bool readable, bool writable)
 				node_connect_done(node, req);
 			break;
 		case RL_CONN_HANDSHAKE:
-			node_handshake(node, req);
+			{
+				char		plain[64];
+
+				/* a node without TLS on this port answers in plain text */
+				if (!readable || !tls_peer_speaks_plaintext(node, plain, sizeof(plain)))
+					plain[0] = '\0';
+				node_handshake(node, req, plain);
+			}
 			break;
 		case RL_CONN_READY:
 			if (node->want_write && (writable || node->ssl != NULL))
@@ -510,32 +565,6 @@ node_event(RlNode *node, RlRequest *req, bool readable, bool writable)
 				(readable || sock_has_buffered_input(node)))
 				pipeline_read(node, req);
 			break;
-	}
-}
-
-/*
- * What a node whose connect ran out of time was doing, for the message
- * (NULL: it is not connecting).
- */
-const char *
-node_phase_timeout(RlNode *node, char *buf, size_t len)
-{
-	int			ms = (int) ((rl_now_us() - node->connect_started_us) / 1000);
-
-	switch (node->state)
-	{
-		case RL_CONN_RESOLVING:
-			snprintf(buf, len, "could not resolve host name \"%s\": no answer after %d ms",
-					 node->addr.host, ms);
-			return buf;
-		case RL_CONN_CONNECTING:
-			snprintf(buf, len, "connect timed out after %d ms", rl_connect_timeout_ms);
-			return buf;
-		case RL_CONN_HANDSHAKE:
-			snprintf(buf, len, "TLS handshake timed out after %d ms", ms);
-			return buf;
-		default:
-			return NULL;
 	}
 }
 
@@ -562,5 +591,5 @@ node_lost(RlNode *node, RlRequest *req, const char *what)
 			node_fail(node, req, "could not queue the request");
 		return;
 	}
-	node_fail(node, req, "%s", what);
+	node_fail_hint(node, req, report_closed_hint(node), "%s", what);
 }

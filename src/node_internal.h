@@ -5,8 +5,10 @@
  *	  backend, shared by node_conn.c (connection lifecycle), node_resolve.c
  *	  (addresses), node_sock.c (the socket and its buffers), node_tls.c
  *	  (TLS), node_pipeline.c (commands queued on a connection and the
- *	  replies it owes), node_round.c (one request sent to every node,
- *	  replies awaited) and node_wait.c (the wait itself).
+ *	  replies it owes), node_server.c (which server answers: INFO server
+ *	  at connect), node_report.c (failures told, with hints), node_round.c
+ *	  (one request sent to every node, replies awaited) and node_wait.c
+ *	  (the wait itself).
  *
  *	  Nothing outside those files includes this header.
  *
@@ -25,9 +27,20 @@
 									 * silence usually fails it first */
 #define RL_TAG_AUTH			UINT64_C(0)
 #define RL_TAG_DISCARD		UINT64_MAX
+#define RL_TAG_INFO			(UINT64_MAX - 1)	/* INFO server at connect */
 #define RL_MAX_KEPT			32	/* must-deliver commands kept for a node
 								 * that cannot be reached now */
 #define RL_MAX_ADDRS		8	/* addresses of one node tried in turn */
+
+/*
+ * The largest reply a node may send (a lock reply, INFO, a pub/sub
+ * message): none of ours comes near it.  A node that sends more, or
+ * announces a bulk string and streams it, has its connection closed once
+ * this much of one reply is read, so a broken or hostile node cannot make
+ * a backend or a worker buffer gigabytes.  Documented in the README.
+ */
+#define RL_MAX_REPLY_BYTES	(1024 * 1024)
+#define RL_MAX_REPLY_TEXT	"1 MB"
 
 typedef enum RlConnState
 {
@@ -77,7 +90,8 @@ typedef struct RlNode
 	int64_t		retry_at_us;	/* backoff: no reconnect before this */
 	int64_t		failed_at_us;	/* when last_error happened */
 	int			backoff_ms;
-	char		last_error[192];
+	char		last_error[RL_DETAIL_LEN];
+	const char *last_hint;		/* likely cause of last_error, or NULL */
 	bool		reported_down;	/* we logged that it stopped answering */
 	bool		push_refused;	/* we logged a refused subscription */
 
@@ -93,6 +107,18 @@ typedef struct RlNode
 	int			owed_head;
 	int			owed_count;
 	int64_t		last_progress_us;	/* last reply, or when owing began */
+	int64_t		last_heard_us;	/* last reply or push */
+
+	/* input on this connection */
+	uint64_t	bytes_in;		/* bytes read since it was opened */
+	size_t		reply_bytes;	/* bytes of the reply being read that the
+								 * reader has already taken in */
+
+	/* the Redis server behind the name (node_server.c) */
+	RlServerIdent ident;
+	int			same_as;		/* another node (index) found to be the same
+								 * server, or -1 */
+	uint64_t	same_serials[2];	/* the two connections that showed it */
 
 	/* current round */
 	int64_t		asked_at_us;	/* when our command could first be sent */
@@ -137,8 +163,9 @@ extern void node_disconnect(RlNode *node);
 extern int	node_wanted_events(const RlNode *node);
 extern void node_event(RlNode *node, RlRequest *req, bool readable, bool writable);
 extern void node_resolved(RlNode *node, RlRequest *req);
-extern const char *node_phase_timeout(RlNode *node, char *buf, size_t len);
 extern void node_fail(RlNode *node, RlRequest *req, const char *fmt,...) pg_attribute_printf(3, 4);
+extern void node_fail_hint(RlNode *node, RlRequest *req, const char *hint,
+						   const char *fmt,...) pg_attribute_printf(4, 5);
 extern void node_lost(RlNode *node, RlRequest *req, const char *what);
 extern void node_answering(RlNode *node);
 extern const char *node_reply_refusal(void);
@@ -160,6 +187,19 @@ extern void resolve_process(int fd, bool readable, bool writable);
 extern long resolve_timeout_ms(long max_ms);
 extern void resolve_advance(RlRequest *req);
 
+/* node_server.c */
+extern bool server_queue_info(RlNode *node);
+extern void server_learn(RlNode *node, RlRequest *req, const redisReply *reply);
+extern bool server_same_as_other(const RlNode *node);
+extern void server_refuse_duplicates(void);
+
+/* node_report.c */
+extern void report_clip(char *dst, size_t len, const char *fmt,...) pg_attribute_printf(3, 4);
+extern void report_vclip(char *dst, size_t len, const char *fmt, va_list args) pg_attribute_printf(3, 0);
+extern const char *report_closed_hint(const RlNode *node);
+extern const char *report_text_hint(const char *text);
+extern void report_connect_timeout(RlNode *node, RlRequest *req);
+
 /* node_tls.c */
 extern bool tls_begin(RlNode *node, char *err, size_t errlen);
 extern void tls_end(RlNode *node);
@@ -168,6 +208,8 @@ extern int	tls_read(RlNode *node, char *buf, int len, char *err, size_t errlen);
 extern int	tls_write(RlNode *node, const char *buf, size_t len, char *err,
 					  size_t errlen);
 extern bool tls_pending(const RlNode *node);
+extern bool tls_heard_server(const RlNode *node);
+extern bool tls_peer_speaks_plaintext(const RlNode *node, char *text, size_t len);
 
 /* node_sock.c */
 extern bool sock_open(RlNode *node, const struct sockaddr *sa, socklen_t salen,
@@ -177,6 +219,7 @@ extern bool sock_append(RlNode *node, const char *cmd, size_t len);
 extern void sock_reset_output(RlNode *node);
 extern int	sock_write(RlNode *node, char *err, size_t errlen);
 extern int	sock_read(RlNode *node, char *err, size_t errlen);
+extern size_t sock_unparsed(const RlNode *node);
 extern bool sock_has_buffered_input(const RlNode *node);
 
 /* node_pipeline.c */

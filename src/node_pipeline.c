@@ -268,8 +268,8 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 	{
 		res->vote = RL_VOTE_FAILED;
 		res->protocol_error = true;
-		snprintf(res->detail, sizeof(res->detail), "Redis error: %.*s",
-				 (int) Min(reply->len, 120), reply->str);
+		report_clip(res->detail, sizeof(res->detail), "Redis error: %.*s",
+					(int) Min(reply->len, RL_DETAIL_LEN), reply->str);
 		return;
 	}
 
@@ -365,13 +365,24 @@ pipeline_read(RlNode *node, RlRequest *req)
 	int			idx = node - rl_nodes;
 	char		err[160];
 
-	if (sock_read(node, err, sizeof(err)) != 0)
+	switch (sock_read(node, err, sizeof(err)))
 	{
-		char		what[180];
+		case 0:
+			break;
+		case -2:
+			node_fail_hint(node, req,
+						   "A node sent a reply larger than redlock accepts (" RL_MAX_REPLY_TEXT "): check that every entry of redlock.nodes is a Redis server that redlock alone uses this way.",
+						   "protocol error: %s", err);
+			mark_protocol_error(req, idx);
+			return;
+		default:
+			{
+				char		what[200];
 
-		snprintf(what, sizeof(what), "connection lost: %s", err);
-		node_lost(node, req, what);
-		return;
+				snprintf(what, sizeof(what), "connection lost: %s", err);
+				node_lost(node, req, what);
+				return;
+			}
 	}
 
 	for (;;)
@@ -379,6 +390,7 @@ pipeline_read(RlNode *node, RlRequest *req)
 		void	   *r = NULL;
 		redisReply *reply;
 		uint64_t	tag;
+		size_t		unparsed = sock_unparsed(node);
 
 		if (redisReaderGetReply(node->reader, &r) != REDIS_OK)
 		{
@@ -390,7 +402,12 @@ pipeline_read(RlNode *node, RlRequest *req)
 			return;
 		}
 		if (r == NULL)
+		{
+			/* what the reader took in of a reply still incomplete */
+			node->reply_bytes += unparsed - sock_unparsed(node);
 			return;
+		}
+		node->reply_bytes = 0;
 		reply = (redisReply *) r;
 
 		if (take_push(node, reply))
@@ -432,15 +449,24 @@ pipeline_read(RlNode *node, RlRequest *req)
 		{
 			if (reply->type == REDIS_REPLY_ERROR)
 			{
-				char		msg[128];
+				char		msg[RL_DETAIL_LEN];
 
-				snprintf(msg, sizeof(msg), "%.*s", (int) Min(reply->len, 100),
-						 reply->str);
+				report_clip(msg, sizeof(msg) - 32, "%.*s",
+							(int) Min(reply->len, RL_DETAIL_LEN), reply->str);
 				freeReplyObject(reply);
 				node_fail(node, req, "authentication failed: %s", msg);
 				mark_protocol_error(req, idx);
 				return;
 			}
+		}
+		else if (tag == RL_TAG_INFO)
+		{
+			server_learn(node, req, reply);
+			freeReplyObject(reply);
+			if (node->state != RL_CONN_READY)
+				return;			/* it failed the node */
+			node_answering(node);
+			continue;
 		}
 		else if (req != NULL && tag == rl_round_id && !req->skip[idx] &&
 				 req->results[idx].vote == RL_VOTE_PENDING)

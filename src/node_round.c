@@ -54,7 +54,6 @@ nodes_housekeeping(void)
 	for (int i = 0; i < rl_nnodes; i++)
 	{
 		RlNode	   *node = &rl_nodes[i];
-		char		why[192];
 
 		if (node->state == RL_CONN_READY && node->owed_count > 0)
 			pipeline_read(node, NULL);
@@ -63,7 +62,7 @@ nodes_housekeeping(void)
 			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
 					  (int) ((now - node->last_progress_us) / 1000));
 		else if (node_connecting(node) && now > node->connect_deadline_us)
-			node_fail(node, NULL, "%s", node_phase_timeout(node, why, sizeof(why)));
+			report_connect_timeout(node, NULL);
 	}
 }
 
@@ -81,15 +80,29 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 	res->vote = RL_VOTE_PENDING;
 	node->was_idle = (node->state == RL_CONN_READY && node->owed_count == 0);
 
+	if (!req->probe && server_same_as_other(node))
+	{
+		/* the server gets it through the other entry */
+		res->vote = RL_VOTE_FAILED;
+		snprintf(res->detail, sizeof(res->detail),
+				 "not asked: the same Redis server as %s (run_id %s)",
+				 rl_nodes[node->same_as].name, node->ident.run_id);
+		return;
+	}
+
 	if (node->state == RL_CONN_NONE)
 	{
 		if (now < node->retry_at_us && honour_backoff)
 		{
+			char		why[RL_DETAIL_LEN - 80];	/* room for the rest */
+
 			res->vote = RL_VOTE_FAILED;
 			res->in_backoff = true;
+			res->hint = node->last_hint;
+			report_clip(why, sizeof(why), "%s", node->last_error);
 			snprintf(res->detail, sizeof(res->detail),
 					 "not asked: it failed %d ms ago (%s), next attempt in %d ms",
-					 (int) ((now - node->failed_at_us) / 1000), node->last_error,
+					 (int) ((now - node->failed_at_us) / 1000), why,
 					 (int) ((node->retry_at_us - now + 999) / 1000));
 			if (req->must_deliver)
 				pipeline_keep(node, req);
@@ -202,11 +215,10 @@ static void
 node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 {
 	RlNodeResult *res = &req->results[node - rl_nodes];
-	char		why[192];
 
 	if (node_connecting(node) && !round_deadline)
 	{
-		node_fail(node, req, "%s", node_phase_timeout(node, why, sizeof(why)));
+		report_connect_timeout(node, req);
 		return;
 	}
 	res->vote = RL_VOTE_FAILED;
@@ -338,7 +350,12 @@ nodes_flush(void)
 void
 rl_nodes_run(RlRequest *req)
 {
+	/* lock rounds refuse a node list that names one server twice */
+	bool		refuse = !req->nothrow && !req->must_deliver && !req->probe;
+
 	nodes_housekeeping();
+	if (refuse)
+		server_refuse_duplicates();
 	rl_round_id++;
 	rl_dispatch_tag = rl_round_id;
 	nodes_dispatch(req, rl_round_id);
@@ -357,6 +374,13 @@ rl_nodes_run(RlRequest *req)
 		rl_latch_fired = false;
 		SetLatch(MyLatch);
 	}
+
+	/*
+	 * Shown by this round's connections: an acquire's abort path withdraws
+	 * what it may have set (rl_proto_abandon_in_flight).
+	 */
+	if (refuse)
+		server_refuse_duplicates();
 }
 
 /*
@@ -411,6 +435,40 @@ rl_nodes_wait_pushes(long timeout_ms)
 	nready = wait_in_event_set(timeout_ms, ready);
 	rl_latch_fired = false;		/* the caller is the one woken */
 	wait_handle_ready(NULL, ready, nready);
+}
+
+/*
+ * Ping the connections that owe nothing and have said nothing for
+ * interval_ms: a pub/sub connection only listens, so without this a node
+ * that stopped answering (or a link that dropped without a reset) would
+ * go unnoticed and its messages unheard.  A connection that leaves a reply
+ * owed for the silence limit is closed (and the caller reconnects it).
+ */
+void
+rl_nodes_ping_idle(int interval_ms)
+{
+	static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+	int64_t		now = rl_now_us();
+
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		if (node->state == RL_CONN_READY && node->owed_count > 0 &&
+			now - node->last_progress_us > silence_limit_us())
+			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
+					  (int) ((now - node->last_progress_us) / 1000));
+		else if (node_connecting(node) && now > node->connect_deadline_us)
+			report_connect_timeout(node, NULL);
+		else if (node->state == RL_CONN_READY && node->owed_count == 0 &&
+				 now - node->last_heard_us >= (int64_t) interval_ms * 1000)
+		{
+			/* a subscribed connection answers ["pong", ""]: any reply does */
+			if (sock_append(node, ping, sizeof(ping) - 1) &&
+				pipeline_owe(node, RL_TAG_DISCARD))
+				pipeline_write(node, NULL);
+		}
+	}
 }
 
 /*

@@ -193,10 +193,45 @@ sock_write(RlNode *node, char *err, size_t errlen)
 	return 1;
 }
 
+/* Bytes the reader holds that it has not parsed into a reply yet. */
+size_t
+sock_unparsed(const RlNode *node)
+{
+	/* buf, pos and len are public members in hiredis 0.14 and 1.x alike */
+	return node->reader != NULL ? node->reader->len - node->reader->pos : 0;
+}
+
+/*
+ * Hand what was read to the reader, unless it would make the reply being
+ * read longer than RL_MAX_REPLY_BYTES: its parsed part (reply_bytes, kept
+ * by pipeline_read) and what the reader still holds.  Replies are read as
+ * soon as they are complete, so what the reader holds before this feed
+ * belongs to one unfinished reply.
+ */
+static int
+sock_feed(RlNode *node, const char *buf, ssize_t n, char *err, size_t errlen)
+{
+	node->bytes_in += n;
+	if (node->reply_bytes + sock_unparsed(node) + n > RL_MAX_REPLY_BYTES)
+	{
+		snprintf(err, errlen,
+				 "reply larger than %s (the most redlock accepts); the connection was closed",
+				 RL_MAX_REPLY_TEXT);
+		return -2;
+	}
+	if (redisReaderFeed(node->reader, buf, n) != REDIS_OK)
+	{
+		snprintf(err, errlen, "out of memory reading the reply");
+		return -1;
+	}
+	return 0;
+}
+
 /*
  * Read what the socket holds (up to one chunk) into the reader.  Returns 0
  * when done (perhaps with nothing read), -1 on error or when the server
- * closed the connection (err says which).
+ * closed the connection, -2 when the reply being read grew too large (err
+ * says which).
  */
 int
 sock_read(RlNode *node, char *err, size_t errlen)
@@ -209,12 +244,7 @@ sock_read(RlNode *node, char *err, size_t errlen)
 		n = tls_read(node, buf, sizeof(buf), err, errlen);
 		if (n <= 0)
 			return n;
-		if (redisReaderFeed(node->reader, buf, n) != REDIS_OK)
-		{
-			snprintf(err, errlen, "out of memory reading the reply");
-			return -1;
-		}
-		return 0;
+		return sock_feed(node, buf, n, err, errlen);
 	}
 	for (;;)
 	{
@@ -234,12 +264,7 @@ sock_read(RlNode *node, char *err, size_t errlen)
 		snprintf(err, errlen, "closed by the server");
 		return -1;
 	}
-	if (redisReaderFeed(node->reader, buf, n) != REDIS_OK)
-	{
-		snprintf(err, errlen, "out of memory reading the reply");
-		return -1;
-	}
-	return 0;
+	return sock_feed(node, buf, n, err, errlen);
 }
 
 /* Input already read from the socket but not yet parsed (TLS records). */

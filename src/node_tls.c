@@ -23,7 +23,9 @@
 #include "postgres.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <limits.h>
+#include <sys/socket.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -423,4 +425,41 @@ bool
 tls_pending(const RlNode *node)
 {
 	return node->ssl != NULL && SSL_pending(node->ssl) > 0;
+}
+
+/* Has the server answered our hello yet (its first TLS record)? */
+bool
+tls_heard_server(const RlNode *node)
+{
+	OSSL_HANDSHAKE_STATE st;
+
+	if (node->ssl == NULL)
+		return false;
+	st = SSL_get_state(node->ssl);
+	return st != TLS_ST_BEFORE && st != TLS_ST_CW_CLNT_HELLO;
+}
+
+/*
+ * Before the server's first TLS record: does what waits on the socket look
+ * like something other than TLS (a Redis error reply, a greeting)?  Then
+ * text gets its first line, made printable.  Only peeks: OpenSSL still
+ * reads it, and says what it makes of it.
+ */
+bool
+tls_peer_speaks_plaintext(const RlNode *node, char *text, size_t len)
+{
+	char		buf[64];
+	ssize_t		n;
+	size_t		o = 0;
+
+	if (node->ssl == NULL || tls_heard_server(node) || len < 8)
+		return false;
+	n = recv(node->fd, buf, Min(sizeof(buf), len - 4), MSG_PEEK | MSG_DONTWAIT);
+	/* TLS records begin with a content type of 20 to 23 */
+	if (n <= 0 || (buf[0] >= 20 && buf[0] <= 23))
+		return false;
+	for (ssize_t i = 0; i < n && buf[i] != '\r' && buf[i] != '\n' && o + 4 < len; i++)
+		text[o++] = isprint((unsigned char) buf[i]) ? buf[i] : '?';
+	text[o] = '\0';
+	return true;
 }

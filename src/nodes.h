@@ -37,6 +37,13 @@ typedef enum RlRoundGoal
 	RL_GOAL_ITEMS				/* RL_REPLY_FLAGS: every item decided */
 } RlRoundGoal;
 
+/*
+ * Room for what happened on one node (an errdetail line).  Longer texts,
+ * such as a Redis error quoting a script, are cut at a word boundary and
+ * end with "...".
+ */
+#define RL_DETAIL_LEN	384
+
 typedef struct RlNodeResult
 {
 	RlVote		vote;
@@ -46,7 +53,9 @@ typedef struct RlNodeResult
 	char	   *reply_text;		/* RL_REPLY_STATUS: bulk reply, palloc'd */
 	RlItemFlags flags;			/* RL_REPLY_FLAGS: each item's yes */
 	int64_t		elapsed_us;		/* time to answer */
-	char		detail[192];	/* what happened, for errdetail */
+	char		detail[RL_DETAIL_LEN];	/* what happened, for errdetail */
+	const char *hint;			/* what is likely wrong (a full sentence,
+								 * static), or NULL */
 } RlNodeResult;
 
 typedef struct RlRequest
@@ -66,6 +75,9 @@ typedef struct RlRequest
 	bool		no_reply;		/* (P)SUBSCRIBE-style: nothing is owed for
 								 * it; answers arrive as pushes */
 	int			nitems;			/* RL_REPLY_FLAGS: 1 .. RL_MAX_ITEMS */
+	bool		probe;			/* redlock_nodes: ask every node, even one
+								 * found to be another's server, and never
+								 * raise for that */
 
 	/* output */
 	int			nnodes;
@@ -84,6 +96,28 @@ extern void rl_nodes_send(RlRequest *req);
 extern void rl_nodes_drain(int64_t deadline_us);
 extern void rl_nodes_disconnect_all(void);
 extern int	rl_nodes_open_connections(void);
+extern const char *rl_nodes_error_hint(const RlRequest *req,
+									   const char *fallback);
+
+/*
+ * Who a node is: learned from INFO server, asked once on every new
+ * connection (pipelined ahead of the connection's first command, so it
+ * costs no round trip of its own).  run_id changes when the server
+ * restarts; uptime_s was its uptime when learned_us was read.  Two entries
+ * of redlock.nodes with the same run_id on their current connections are
+ * one server: lock calls refuse to run (RL004) until the list is fixed.
+ */
+typedef struct RlServerIdent
+{
+	char		run_id[41];		/* "" until learned (or INFO refused) */
+	int64_t		uptime_s;		/* -1 if unknown */
+	int64_t		learned_us;		/* rl_now_us() when learned, 0 if never */
+	uint64_t	serial;			/* connection it was learned on */
+	uint32_t	changes;		/* times run_id changed (restarts seen) */
+} RlServerIdent;
+
+extern const RlServerIdent *rl_node_ident(int i);
+extern int	rl_node_same_as(int i);
 
 /*
  * Pub/sub: what a node pushes goes to the push handler, with the node's
@@ -103,5 +137,6 @@ extern void rl_nodes_set_push_handler(RlPushHandler handler);
 extern uint64_t rl_node_connection_serial(int i);
 extern bool rl_node_connected(int i);
 extern void rl_nodes_wait_pushes(long timeout_ms);
+extern void rl_nodes_ping_idle(int interval_ms);
 
 #endif							/* REDLOCK_NODES_H */

@@ -22,7 +22,11 @@
  * pay that extra round each time.
  *
  * A missed message (a node down, the worker restarting) costs latency
- * only: waiters still wake at redlock.retry_delay.
+ * only: waiters still wake at redlock.retry_delay.  A subscribed
+ * connection owes no replies, so nothing would tell that its node went
+ * silent: a connection quiet for RL_WAKEUP_PING_MS is pinged, and one that
+ * does not answer is reconnected (and subscribed again).  Replies larger
+ * than the node layer accepts close the connection, messages included.
  *
  *-------------------------------------------------------------------------
  */
@@ -45,6 +49,9 @@
 									 * its last waiter left */
 #define RL_WAKEUP_FRESH_MS	5000	/* a new subscription not confirmed by a
 									 * majority in this time is let go */
+#define RL_WAKEUP_PING_MS	5000	/* a connection silent this long is
+									 * pinged; one that then owes the answer
+									 * for the silence limit is reconnected */
 
 /*
  * What we know of a lock key: which nodes announced its release (or
@@ -367,6 +374,8 @@ redlock_wakeup_main(Datum main_arg)
 		wait_ms = notes_due(rl_heard, rl_node_timeout_ms, true);
 		wait_ms = Min(wait_ms, notes_due(rl_fresh, RL_WAKEUP_FRESH_MS, false));
 		wait_ms = Min(wait_ms, rl_handoff_remote_due());
+		if (rl_worker_nodes_configured())
+			rl_nodes_ping_idle(RL_WAKEUP_PING_MS);
 		rl_nodes_wait_pushes(wait_ms);
 	}
 }

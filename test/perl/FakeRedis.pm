@@ -46,6 +46,23 @@
 #                 once, and its real answer comes back that late
 #   slow_release  acquire answered at once, everything else 100 ms late
 #                 (not in @MODES either)
+#   stream        well-formed answers to INFO server, PING and AUTH; to
+#                 anything else (a full INFO too) "$4000000000" and then its
+#                 bytes, as fast as they go (up to flood_limit bytes,
+#                 default 256 MB, then silence)
+#   push_stream   well-formed answers; a SUBSCRIBE is confirmed and then
+#                 followed by a message on its first channel whose payload
+#                 announces 4000000000 bytes and streams them (flood_limit)
+#   mute          well-formed answers until the first SUBSCRIBE is
+#                 confirmed; then it reads that connection but never
+#                 answers on it again (a stalled subscriber link)
+#   (stream, push_stream and mute are not in @MODES either)
+#
+# Every fake answers "INFO server" with a run_id of its own, so that no two
+# fakes look like one server; the modes that give wrong answers (the fixed
+# replies and the counter modes) give them to the lock commands, not to
+# that INFO, while the modes about the connection (cut, close, silent,
+# trickle, flood, ...) treat it as any other request.
 #
 # Every request is appended to a log file (one line: connection number and
 # the command, scripts named by what they do), so tests can see what the
@@ -57,6 +74,7 @@ use warnings FATAL => 'all';
 
 use IO::Select;
 use IO::Socket::INET;
+use Socket qw(IPPROTO_TCP TCP_NODELAY);
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -70,7 +88,7 @@ our @MODES = qw(grant status integer integer2 array nil_array error wrongtype
   bad_counter long_counter zero_counter counter_max counter_ahead resp3 garbage
   nul_bytes cut cut_close close close_on_connect silent trickle flood
   unsolicited);
-our @EXTRA_MODES = qw(delay slow_release);
+our @EXTRA_MODES = qw(delay slow_release stream push_stream mute);
 
 sub new
 {
@@ -80,7 +98,9 @@ sub new
 	my $port = $args{port} // PostgreSQL::Test::Cluster::get_free_port();
 	my $dir = $args{dir} // PostgreSQL::Test::Utils::tempdir('fakeredis');
 	my $log = "$dir/fake-$port.log";
-	my %link = (backend => $args{backend}, delay => $args{delay} // 0.2);
+	my %link = (backend => $args{backend}, delay => $args{delay} // 0.2,
+		flood_limit => $args{flood_limit} // 256 * 1024 * 1024,
+		run_id => join('', map { sprintf '%x', int rand 16 } 1 .. 40));
 	die "FakeRedis: a backend needs mode delay" if $link{backend} && $mode ne 'delay';
 
 	my $listen = IO::Socket::INET->new(
@@ -99,8 +119,8 @@ sub new
 		POSIX::_exit(0);
 	}
 	close $listen;
-	my $self = bless { port => $port, mode => $mode, pid => $pid, log => $log },
-	  $class;
+	my $self = bless { port => $port, mode => $mode, pid => $pid, log => $log,
+		run_id => $link{run_id} }, $class;
 	push @all_fakes, $self;
 	return $self;
 }
@@ -108,6 +128,22 @@ sub new
 sub port { return $_[0]->{port}; }
 sub addr { return "127.0.0.1:$_[0]->{port}"; }
 sub mode { return $_[0]->{mode}; }
+sub run_id { return $_[0]->{run_id}; }
+
+# bytes streamed so far (flood, stream, push_stream), over all connections,
+# as logged every 16 MB and when a connection closes
+sub flooded
+{
+	my ($self) = @_;
+	my %per_conn;
+	for ($self->requests)
+	{
+		$per_conn{$1} = $2 if /^conn (\d+): flooded (\d+) bytes/;
+	}
+	my $sum = 0;
+	$sum += $_ for values %per_conn;
+	return $sum;
+}
 
 # the requests received so far, one line each
 sub requests
@@ -163,13 +199,29 @@ sub describe
 	return join(' ', @a);
 }
 
+sub bulk { return '$' . length($_[0]) . "\r\n$_[0]\r\n"; }
+
 # well-formed answer to a command
 sub good_answer
 {
-	my ($args) = @_;
+	my ($args, $link) = @_;
 	my $cmd = uc($args->[0] // '');
 	return "+PONG\r\n" if $cmd eq 'PING';
 	return "+OK\r\n" if $cmd eq 'AUTH';
+	if ($cmd eq 'INFO')
+	{
+		return bulk("# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n"
+			  . "run_id:$link->{run_id}\r\nuptime_in_seconds:100\r\n");
+	}
+	if ($cmd eq 'SUBSCRIBE' || $cmd eq 'UNSUBSCRIBE')
+	{
+		my $n = 0;
+		return join '', map {
+			$n += $cmd eq 'SUBSCRIBE' ? 1 : -1;
+			$n = 0 if $n < 0;
+			"*3\r\n" . bulk(lc $cmd) . bulk($_) . ":$n\r\n"
+		} @$args[ 1 .. $#$args ];
+	}
 	if ($cmd eq 'EVAL')
 	{
 		my $kind = script_kind($args->[1] // '');
@@ -180,42 +232,66 @@ sub good_answer
 	return "+OK\r\n";
 }
 
+# the fixed wrong answers, built once: some are megabytes long, and building
+# them for every request made the first answers on a connection late
+my %fixed = (
+	status => "+OK\r\n",
+	integer => ":1\r\n",
+	integer2 => ":2\r\n",
+	array => "*2\r\n\$1\r\na\r\n:5\r\n",
+	nil_array => "*-1\r\n",
+	error => "-ERR fake failure\r\n",
+	wrongtype => "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+	noscript => "-NOSCRIPT No matching script. Please use EVAL.\r\n",
+	long_error => '-ERR ' . ('x' x (1024 * 1024)) . "\r\n",
+	huge_bulk => "\$1099511627776\r\n",
+	max_bulk => "\$9223372036854775807\r\n",
+	neg_bulk => "\$-5\r\n",
+	bad_len => "\$12x\r\n",
+	huge_array => "*2147483647\r\n",
+	wrap_array => "*4294967297\r\n:1\r\n",
+	deep_nest => ("*1\r\n" x 20) . ":1\r\n",
+	nest5 => ("*1\r\n" x 5) . ":1\r\n",
+	nest_huge => ("*1\r\n" x 300_000) . ":1\r\n",
+	bad_counter => "\$3\r\n-12\r\n",
+	long_counter => "\$20\r\n99999999999999999999\r\n",
+	zero_counter => "\$2\r\n00\r\n",
+	counter_max => "\$19\r\n9223372036854775807\r\n",
+	counter_ahead => "\$19\r\n9000000000000000000\r\n",
+	resp3 => "%1\r\n+a\r\n:1\r\n",
+	garbage => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+	nul_bytes => "\0\0\0\0\r\n",
+);
+
 # what to do with one request: list of [delay_s, bytes] chunks, then an action
 # ('keep', 'close', 'flood')
 sub answer
 {
-	my ($mode, $args) = @_;
-	my $good = good_answer($args);
-	my %fixed = (
-		status => "+OK\r\n",
-		integer => ":1\r\n",
-		integer2 => ":2\r\n",
-		array => "*2\r\n\$1\r\na\r\n:5\r\n",
-		nil_array => "*-1\r\n",
-		error => "-ERR fake failure\r\n",
-		wrongtype => "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
-		noscript => "-NOSCRIPT No matching script. Please use EVAL.\r\n",
-		long_error => '-ERR ' . ('x' x (1024 * 1024)) . "\r\n",
-		huge_bulk => "\$1099511627776\r\n",
-		max_bulk => "\$9223372036854775807\r\n",
-		neg_bulk => "\$-5\r\n",
-		bad_len => "\$12x\r\n",
-		huge_array => "*2147483647\r\n",
-		wrap_array => "*4294967297\r\n:1\r\n",
-		deep_nest => ("*1\r\n" x 20) . ":1\r\n",
-		nest5 => ("*1\r\n" x 5) . ":1\r\n",
-		nest_huge => ("*1\r\n" x 300_000) . ":1\r\n",
-		bad_counter => "\$3\r\n-12\r\n",
-		long_counter => "\$20\r\n99999999999999999999\r\n",
-		zero_counter => "\$2\r\n00\r\n",
-		counter_max => "\$19\r\n9223372036854775807\r\n",
-		counter_ahead => "\$19\r\n9000000000000000000\r\n",
-		resp3 => "%1\r\n+a\r\n:1\r\n",
-		garbage => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
-		nul_bytes => "\0\0\0\0\r\n",
-	);
+	my ($mode, $args, $link, $c) = @_;
+	my $good = good_answer($args, $link);
 	my $cmd = uc($args->[0] // '');
 	my $kind = $cmd eq 'EVAL' ? script_kind($args->[1] // '') : lc $cmd;
+
+	# the wrong answers are for the lock commands, not for the INFO at connect
+	return ([ [ 0, $good ] ], 'keep')
+	  if $cmd eq 'INFO' && (exists $fixed{$mode} || $mode =~ /counter/);
+	if ($mode eq 'stream')
+	{
+		return ([ [ 0, $good ] ], 'keep')
+		  if $cmd eq 'PING' || $cmd eq 'AUTH' || ($cmd eq 'INFO' && lc($args->[1] // '') eq 'server');
+		return ([ [ 0, "\$4000000000\r\n" ] ], 'flood');
+	}
+	if ($mode eq 'push_stream')
+	{
+		return ([ [ 0, $good ] ], 'keep') unless $cmd eq 'SUBSCRIBE' && @$args > 1;
+		return ([ [ 0, $good . "*3\r\n" . bulk('message') . bulk($args->[1]) . "\$4000000000\r\n" ] ], 'flood');
+	}
+	if ($mode eq 'mute')
+	{
+		return ([], 'keep') if $c->{muted};
+		$c->{muted} = 1 if $cmd eq 'SUBSCRIBE';
+		return ([ [ 0, $good ] ], 'keep');
+	}
 
 	# the counter modes lie only about the acquire; the rest is well-formed
 	if ($mode =~ /counter/)
@@ -345,6 +421,9 @@ sub serve
 			{
 				my $s = $listen->accept or next;
 				$s->blocking(0);
+				# as Redis does: several answers in a row must not wait
+				# for Nagle and the client's delayed ACK
+				setsockopt($s, IPPROTO_TCP, TCP_NODELAY, 1);
 				$nconn++;
 				print $log "conn $nconn: connected\n";
 				if ($mode eq 'close_on_connect')
@@ -366,6 +445,7 @@ sub serve
 			if (!$got)
 			{
 				next if !defined $got && $!{EAGAIN};
+				print $log "conn $c->{id}: flooded $c->{flooded} bytes\n" if $c->{flooded};
 				print $log "conn $c->{id}: closed by peer\n";
 				$sel->remove($fh);
 				delete $conns{ fileno $fh };
@@ -376,13 +456,13 @@ sub serve
 			while (my $req = take_request(\$c->{in}))
 			{
 				print $log "conn $c->{id}: " . describe($req) . "\n";
-				next if $c->{close} || $c->{flood};
+				next if $c->{close} || $c->{flood} || $c->{flooded};
 				if ($c->{backend})
 				{
 					push @{ $c->{out} }, [ time + $link->{delay}, backend_answer($c, $req) ];
 					next;
 				}
-				my ($chunks, $action) = answer($mode, $req);
+				my ($chunks, $action) = answer($mode, $req, $link, $c);
 				my $t = time;
 				for my $ch (@$chunks)
 				{
@@ -427,7 +507,15 @@ sub serve
 				}
 				else
 				{
-					$c->{flooded} += $n // 0;
+					my $before = $c->{flooded} // 0;
+					$c->{flooded} = $before + ($n // 0);
+					print $log "conn $c->{id}: flooded $c->{flooded} bytes\n"
+					  if int($c->{flooded} / 16777216) > int($before / 16777216);
+					if ($c->{flooded} >= $link->{flood_limit})
+					{
+						print $log "conn $c->{id}: flooded $c->{flooded} bytes, the limit\n";
+						$c->{flood} = 0;
+					}
 				}
 			}
 			if ($c->{close} && !@{ $c->{out} })

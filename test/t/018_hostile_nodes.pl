@@ -1,0 +1,384 @@
+# Hostile or broken nodes, as a user meets them: a node that streams an
+# endless reply (to a lock call, to redlock_nodes, to the wake-up worker's
+# subscription), a subscriber link that goes mute, one server listed under
+# two names, and nodes whose failures must be told clearly (long Redis
+# errors, TLS on one side only, cluster mode, out of memory, credentials and
+# ACLs), and nodes that fork for an AOF rewrite or a snapshot.  Real Redis
+# and real PostgreSQL; the fake server (test/perl/FakeRedis.pm) only for
+# replies no Redis sends.
+use strict;
+use warnings FATAL => 'all';
+
+use FakeRedis;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedisNode;
+use TlsFiles;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @redis = map { RedisNode->new } 1 .. 3;
+my ($r1, $r2, $r3) = @redis;
+
+my $pg = PostgreSQL::Test::Cluster->new('hostile_nodes');
+$pg->init;
+$pg->append_conf('postgresql.conf',
+	    "shared_preload_libraries = 'redlock'\n"
+	  . "redlock.nodes = '${\ join(',', map { $_->addr } @redis) }'\n"
+	  . "redlock.connect_timeout = '1s'\nredlock.retry_delay = '200ms'\n");
+$pg->start;
+$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my $pm_start = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
+
+# kB of a /proc/PID/status field (VmHWM: the peak resident set)
+sub proc_kb
+{
+	my ($pid, $field) = @_;
+	open my $fh, '<', "/proc/$pid/status" or return undef;
+	while (<$fh>)
+	{
+		return $1 if /^\Q$field\E:\s+(\d+) kB/;
+	}
+	return undef;
+}
+
+# a new session with verbose errors and the given settings
+sub session
+{
+	my (%set) = @_;
+	my $s = $pg->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe("\\set VERBOSITY verbose");
+	$s->query_safe("SET redlock.$_ = '$set{$_}'") for sort keys %set;
+	return $s;
+}
+
+# run one statement in a session; returns (stdout, stderr)
+sub run
+{
+	my ($s, $sql) = @_;
+	$s->{stderr} = '';
+	my $out = $s->query($sql);
+	my $err = $s->{stderr};
+	$s->{stderr} = '';
+	return ($out // '', $err // '');
+}
+
+# one statement in a fresh session with the given settings
+sub attempt
+{
+	my ($sql, %set) = @_;
+	my $s = session(%set);
+	my ($out, $err) = run($s, $sql);
+	$s->quit;
+	return ($out, $err);
+}
+
+# ------------------------------------------------------------------------
+# 1. A node that answers a lock call with "$4000000000" and streams: the
+# connection is closed once the reply passes 1 MB, with a clear error, and
+# the backend's memory stays small.  (Without the limit, the backend reads
+# the stream until node_timeout: tens of MB even from this slow fake.)
+
+my $stream = FakeRedis->new(mode => 'stream');
+my $silent = FakeRedis->new(mode => 'silent');
+my $s = session(nodes => join(',', $r1->addr, $stream->addr, $silent->addr),
+	node_timeout => '5s');
+my $pid = $s->query_safe('SELECT pg_backend_pid()');
+$s->query_safe('SELECT count(*) FROM redlock_leases');
+my $hwm0 = proc_kb($pid, 'VmHWM');
+my ($out, $err) = run($s, "SELECT redlock_try_lock('big', 5000)");
+my $hwm1 = proc_kb($pid, 'VmHWM');
+like($err, qr/ERROR:\s+RL005/, 'a streamed reply to a lock call: RL005');
+like($err, qr/\Q${\ $stream->addr }\E: protocol error: reply larger than 1 MB \(the most redlock accepts\); the connection was closed/,
+	'... and the detail says the reply was too large');
+like($err, qr/HINT:\s+A node sent a reply larger than redlock accepts/, '... with a hint saying so');
+cmp_ok($hwm1 - $hwm0, '<', 16 * 1024,
+	"the backend's peak memory grew by ${\ ($hwm1 - $hwm0) } kB only");
+note "streamed to the backend: ${\ $stream->flooded } bytes";
+is($s->query_safe('SELECT 1'), '1', 'the backend lives on');
+
+# the same for redlock_nodes (INFO, PING and CONFIG GET are replies too),
+# in a new session: new connections, whose full INFO is streamed
+$s->quit;
+$s = session(nodes => join(',', $r1->addr, $stream->addr, $silent->addr),
+	node_timeout => '5s');
+$pid = $s->query_safe('SELECT pg_backend_pid()');
+$s->query_safe('SELECT count(*) FROM redlock_leases');
+$hwm0 = proc_kb($pid, 'VmHWM');
+my $logpos = -s $pg->logfile;
+($out, $err) = run($s, "SELECT node, reachable FROM redlock_nodes ORDER BY node");
+$hwm1 = proc_kb($pid, 'VmHWM');
+is($err, '', 'redlock_nodes with a streaming node: no error');
+cmp_ok($hwm1 - $hwm0, '<', 16 * 1024,
+	"redlock_nodes: the backend's peak memory grew by ${\ ($hwm1 - $hwm0) } kB only");
+like(slurp_file($pg->logfile, $logpos),
+	qr/node \Q${\ $stream->addr }\E stopped answering: protocol error: reply larger than 1 MB/,
+	'redlock_nodes: the streamed INFO was cut');
+$s->quit;
+$stream->stop;
+$silent->stop;
+
+# ------------------------------------------------------------------------
+# 2. The wake-up worker's subscriber connections owe no replies, yet a node
+# that streams a huge pub/sub message is cut off there too; and a
+# subscriber link that goes mute is pinged and reconnected.
+
+sub wakeup_pid
+{
+	return $pg->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
+}
+
+# a holder of $res and a waiter for it (the worker subscribes on every node)
+sub holder_and_waiter
+{
+	my ($res, $nodes) = @_;
+	my $h = session(nodes => $nodes);
+	like($h->query_safe("SELECT redlock_lock('$res', 60000)"), qr/^\d+$/, "$res: held");
+	my $w = session(nodes => $nodes);
+	$w->query_until(qr/waiting/,
+		"\\echo waiting\nSELECT redlock_lock('$res', 60000, wait_ms => 60000) IS NOT NULL AS got;\n");
+	$pg->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM redlock_locks WHERE resource = '$res' AND NOT granted")
+	  or die "no waiter for $res";
+	return ($h, $w);
+}
+
+# the workers use the server's node list: set it for the whole server
+sub server_nodes
+{
+	my ($nodes) = @_;
+	$pg->safe_psql('postgres',
+		"ALTER SYSTEM SET redlock.nodes = '$nodes'; SELECT pg_reload_conf();");
+	$pg->poll_query_until('postgres', "SELECT current_setting('redlock.nodes') = '$nodes'")
+	  or die "reload";
+}
+
+my $pushy = FakeRedis->new(mode => 'push_stream');
+my $nodes = join(',', $r1->addr, $r2->addr, $pushy->addr);
+server_nodes($nodes);
+my $wpid = wakeup_pid();
+my $whwm0 = proc_kb($wpid, 'VmHWM');
+$logpos = -s $pg->logfile;
+my ($h, $w) = holder_and_waiter('pushed', $nodes);
+
+# wait for the state either way: the worker took in most of what the fake
+# can stream (it has no limit), or it cut the connection twice
+my $cuts = 0;
+for (1 .. 600)
+{
+	$cuts = grep { /closed by peer/ } $pushy->requests;
+	last if $cuts >= 2 || $pushy->flooded >= 200 * 1024 * 1024;
+	usleep(100_000);
+}
+my $whwm1 = proc_kb($wpid, 'VmHWM');
+note "streamed to the wake-up worker: ${\ $pushy->flooded } bytes; connections cut: $cuts";
+cmp_ok($cuts, '>=', 2, 'the wake-up worker cut the streaming subscriber connection');
+cmp_ok($whwm1 - $whwm0, '<', 16 * 1024,
+	"the wake-up worker's peak memory grew by ${\ ($whwm1 - $whwm0) } kB only");
+like(slurp_file($pg->logfile, $logpos),
+	qr/node \Q${\ $pushy->addr }\E stopped answering: protocol error: reply larger than 1 MB/,
+	'the log says why');
+is($h->query_safe("SELECT redlock_unlock('pushed')"), 't', 'the holder releases');
+$w->query_until(qr/^t$/m, "");
+pass('the waiter is granted by the healthy majority');
+is(wakeup_pid(), $wpid, 'the wake-up worker never crashed');
+$h->quit;
+$w->quit;
+$pushy->stop;
+
+my $mute = FakeRedis->new(mode => 'mute');
+$nodes = join(',', $r1->addr, $r2->addr, $mute->addr);
+server_nodes($nodes);
+$logpos = -s $pg->logfile;
+($h, $w) = holder_and_waiter('muted', $nodes);
+
+# connections of the fake that subscribed: the worker's
+sub subscriber_conns
+{
+	my %c;
+	for ($mute->requests)
+	{
+		$c{$1} = 1 if /^conn (\d+): SUBSCRIBE/;
+	}
+	return sort { $a <=> $b } keys %c;
+}
+my @subs;
+for (1 .. 300)
+{
+	@subs = subscriber_conns();
+	last if @subs >= 2;
+	usleep(100_000);
+}
+cmp_ok(scalar(@subs), '>=', 2, 'a mute subscriber link is replaced by a new one');
+ok((grep { /^conn $subs[0]: PING/ } $mute->requests), '... after a PING it did not answer')
+  if @subs;
+like(slurp_file($pg->logfile, $logpos),
+	qr/node \Q${\ $mute->addr }\E stopped answering: .*no reply for \d+ ms/,
+	'the log says the node stopped answering');
+$h->query_safe("SELECT redlock_unlock('muted')");
+$w->query_until(qr/^t$/m, "");
+$h->quit;
+$w->quit;
+$mute->stop;
+server_nodes(join(',', map { $_->addr } @redis));
+
+# ------------------------------------------------------------------------
+# 3. One server under two names is refused, naming both entries; the
+# server's identity is asked once per connection, never per call.
+
+my $p1 = $r1->port;
+my $dup_nodes = "127.0.0.1:$p1,localhost:$p1,${\ $r2->addr }";
+($out, $err) = attempt("SELECT redlock_try_lock('dup', 5000)", nodes => $dup_nodes);
+like($err, qr/ERROR:\s+RL004: redlock.nodes names the same Redis server twice: "127.0.0.1:$p1" and "localhost:$p1"/,
+	'one server under two names: refused with RL004 naming both entries');
+like($err, qr/DETAIL:\s+Both entries reach the Redis server with run_id [0-9a-f]{40}/,
+	'... the detail gives its run_id');
+is($r1->cli('KEYS', 'redlock:lock:dup*'), '', '... and no lock is left on it');
+($out, $err) = attempt(
+	"SELECT node, array_to_string(warnings, '; ') FROM redlock_nodes ORDER BY node",
+	nodes => $dup_nodes);
+is($err, '', 'redlock_nodes does not raise for it');
+like($out, qr/^localhost:$p1\|.*the same Redis server as 127\.0\.0\.1:$p1 \(run_id [0-9a-f]{40}\)/m,
+	'redlock_nodes warns on the second entry');
+
+# the reported case: the third entry down, and the call said "held elsewhere"
+$r2->kill9;
+($out, $err) = attempt("SELECT coalesce(redlock_try_lock('dup2', 5000)::text, 'NULL')",
+	nodes => $dup_nodes);
+isnt($out, 'NULL', 'with the third entry down: no NULL ("held elsewhere")');
+like($err, qr/RL004: redlock.nodes names the same Redis server twice/, '... but RL004');
+$r2->start;
+
+# once per connection: ten lock calls, one INFO per node
+$_->cli('CONFIG', 'RESETSTAT') for @redis;
+$s = session();
+my $granted = 0;
+for my $i (1 .. 10)
+{
+	$granted++ if $s->query_safe("SELECT redlock_try_lock('fast', 5000)") =~ /^\d+$/;
+	$s->query_safe("SELECT redlock_unlock('fast')");
+}
+is($granted, 10, 'ten leases in one session');
+$s->quit;
+for my $r (@redis)
+{
+	my $stats = $r->cli('INFO', 'commandstats');
+	my ($info) = $stats =~ /cmdstat_info:calls=(\d+)/;
+	my ($eval) = $stats =~ /cmdstat_eval:calls=(\d+)/;
+	# one connection of the session (a worker's reconnect could add one)
+	ok(defined $info && $info >= 1 && $info <= 2,
+		"node ${\ $r->addr }: INFO asked ${\ ($info // 0) } times for ${\ ($eval // 0) } scripts");
+}
+
+# ------------------------------------------------------------------------
+# 4. Failures told in full words, with what is likely wrong.
+
+# a long Redis error: a script error quoting where it happened.  The token
+# counters hold lists, so the acquire script's GET fails.
+for my $r ($r1, $r2)
+{
+	$r->cli('RPUSH', "wt:token-counter:$_", 'x') for 0 .. 63;
+}
+($out, $err) = attempt("SELECT redlock_try_lock('w', 5000)",
+	nodes => join(',', $r1->addr, $r2->addr, $r3->addr), key_prefix => 'wt:');
+like($err, qr/RL005/, 'a script error on a majority: RL005');
+like($err, qr/\Q${\ $r1->addr }\E: Redis error: WRONGTYPE .* on \@user_script:\d+\.$/m,
+	'the Redis error is quoted whole');
+like($err, qr/HINT:\s+A key under redlock.key_prefix holds a value redlock did not write/,
+	'... and the hint says what it means');
+
+# TLS on one side only
+my $tls = TlsFiles->new;
+my $tls_node = RedisNode->new(
+	tls => {
+		cert => $tls->file('server.crt'),
+		key => $tls->file('server.key'),
+		ca => $tls->file('ca.crt'),
+		auth_clients => 'no',
+		client_cert => $tls->file('client.crt'),
+		client_key => $tls->file('client.key'),
+	});
+($out, $err) = attempt("SELECT redlock_try_lock('t', 5000)", nodes => $tls_node->addr);
+like($err, qr/\Q${\ $tls_node->addr }\E: connection lost: (closed by the server|Connection reset by peer)/,
+	'a TLS node reached without TLS: the connection is lost');
+like($err, qr/HINT:\s+A node closed the connection before answering anything, as a Redis that accepts only TLS on that port does: if so, set redlock.tls_mode/,
+	'... and the hint names redlock.tls_mode');
+($out, $err) = attempt("SELECT redlock_try_lock('t', 5000)",
+	nodes => $r1->addr, tls_mode => 'require');
+like($err, qr/\Q${\ $r1->addr }\E: TLS handshake timed out after \d+ ms: the node never answered the TLS hello/,
+	'a plain-TCP node under TLS: the handshake got no answer');
+like($err, qr/HINT:\s+A node did not complete the TLS handshake: check that redlock.nodes names the nodes' TLS ports/,
+	'... and the hint says what to check');
+
+# cluster mode
+my $cport = PostgreSQL::Test::Cluster::get_free_port();
+my $cluster = RedisNode->new(port => $cport,
+	args => [ '--cluster-enabled', 'yes', '--cluster-config-file', "nodes-$cport.conf" ]);
+($out, $err) = attempt(
+	"SELECT array_to_string(warnings, '; ') FROM redlock_nodes", nodes => $cluster->addr);
+like($out, qr/cluster mode is enabled \(cluster_enabled:1\)/, 'redlock_nodes warns about cluster mode');
+($out, $err) = attempt("SELECT redlock_try_lock('c', 5000)", nodes => $cluster->addr);
+like($err, qr/HINT:\s+A node runs in cluster mode/, 'a lock call on it: the hint says cluster mode');
+$cluster->kill9;
+
+# out of memory with noeviction
+$r3->cli('CONFIG', 'SET', 'maxmemory', '1');
+($out, $err) = attempt(
+	"SELECT array_to_string(warnings, '; ') FROM redlock_nodes", nodes => $r3->addr);
+like($out, qr/used_memory \(\d+ bytes\) is over maxmemory \(1 bytes\) with noeviction: the node refuses writes \(OOM\)/,
+	'redlock_nodes warns about a node over maxmemory');
+($out, $err) = attempt("SELECT redlock_try_lock('m', 5000)", nodes => $r3->addr);
+like($err, qr/Redis error: OOM /, 'a lock call on it: OOM');
+like($err, qr/HINT:\s+A node is out of memory and refuses writes/, '... and the hint says so');
+$r3->cli('CONFIG', 'SET', 'maxmemory', '0');
+
+# credentials and ACLs
+$r3->cli('CONFIG', 'SET', 'requirepass', 'sekrit');
+($out, $err) = attempt("SELECT redlock_try_lock('a', 5000)", nodes => $r3->addr);
+like($err, qr/NOAUTH/, 'no password for a node that wants one: NOAUTH');
+like($err, qr/HINT:\s+A node requires authentication: set redlock.password/, '... hint: set the password');
+($out, $err) = attempt("SELECT redlock_try_lock('a', 5000)", nodes => $r3->addr,
+	password => 'wrong');
+like($err, qr/WRONGPASS/, 'a wrong password: WRONGPASS');
+like($err, qr/HINT:\s+A node refused redlock.username and redlock.password/, '... hint: check them');
+my $auth = "-a sekrit --no-auth-warning";
+system("redis-cli -h 127.0.0.1 -p ${\ $r3->port } $auth ACL SETUSER lockless on '>pw' '~*' -\@all +ping +info >/dev/null") == 0
+  or die "ACL SETUSER";
+($out, $err) = attempt("SELECT redlock_try_lock('a', 5000)", nodes => $r3->addr,
+	username => 'lockless', password => 'pw');
+like($err, qr/NOPERM/, 'an ACL user without EVAL: NOPERM');
+like($err, qr/HINT:\s+The node's ACL user lacks a command, key or channel that redlock uses/,
+	'... hint: the ACL');
+system("redis-cli -h 127.0.0.1 -p ${\ $r3->port } $auth CONFIG SET requirepass '' >/dev/null");
+
+# ------------------------------------------------------------------------
+# 5. A node that forks (AOF rewrite, snapshot) may stall: redlock_nodes
+# shows it.  rdb-key-save-delay makes the child take its time.
+
+for my $case ([ $r1, 'BGREWRITEAOF', qr/AOF rewrite in progress \(a fork\)/ ],
+	[ $r2, 'BGSAVE', qr/RDB snapshot in progress \(a fork\)/ ])
+{
+	my ($r, $cmd, $want) = @$case;
+	$r->cli('SET', "fill:$_", 'x' x 100) for 1 .. 40;
+	$r->cli('CONFIG', 'SET', 'rdb-key-save-delay', '250000');
+	$r->cli($cmd);
+	my $seen = '';
+	for (1 .. 50)
+	{
+		($seen) = attempt("SELECT array_to_string(warnings, '; ') FROM redlock_nodes",
+			nodes => $r->addr);
+		last if $seen =~ $want;
+		usleep(100_000);
+	}
+	like($seen, $want, "$cmd in progress: redlock_nodes shows it");
+	$r->cli('CONFIG', 'SET', 'rdb-key-save-delay', '0');
+}
+
+# ------------------------------------------------------------------------
+is($pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'), $pm_start,
+	'the postmaster never restarted (no backend crashed)');
+unlike(slurp_file($pg->logfile), qr/terminated by signal/, 'no process died abnormally');
+
+$pg->stop;
+done_testing();
