@@ -139,6 +139,7 @@ isolation_suite() {
 }
 
 run_suite "unit tests: quorum logic" make -s unitcheck PG_CONFIG="$PG_CONFIG"
+run_suite "META.json agrees with redlock.control" bash test/meta-json.sh
 
 echo "== starting 5 Redis nodes and a cluster for pg_regress, isolation and the README"
 nodes=$(bash test/redis-nodes.sh start "$work/redis" 5) ||
