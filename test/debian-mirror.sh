@@ -7,19 +7,28 @@
 # from here, so no archive host is written into this repository.
 #
 #   mirror=$(bash test/debian-mirror.sh)
+#   security=$(bash test/debian-mirror.sh --security)   the security archive
 #
-# DEBIAN_MIRROR, when set, is printed instead.  Fails with a message on
-# stderr when no Debian archive is configured.
+# DEBIAN_MIRROR (DEBIAN_SECURITY_MIRROR with --security), when set, is
+# printed instead.  Fails with a message on stderr when no such archive is
+# configured.
 set -euo pipefail
 
-if [ -n "${DEBIAN_MIRROR:-}" ]; then
-	echo "${DEBIAN_MIRROR%/}"
+suffix=debian
+env_value=${DEBIAN_MIRROR:-}
+case "${1:-}" in
+--security) suffix=debian-security; env_value=${DEBIAN_SECURITY_MIRROR:-} ;;
+"") ;;
+*) echo "usage: bash test/debian-mirror.sh [--security]" >&2; exit 2 ;;
+esac
+if [ -n "$env_value" ]; then
+	echo "${env_value%/}"
 	exit 0
 fi
 
 # "deb URI suite..." lines, and the URIs of deb822 stanzas whose Types
-# include deb; a URI counts when it ends in /debian (not -security, not
-# another vendor's repository).
+# include deb; a URI counts when it ends in /debian (or /debian-security
+# with --security; never another vendor's repository).
 files=()
 for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
 	[ -f "$f" ] && files+=("$f")
@@ -38,10 +47,10 @@ m=
 	$1 == "deb" {
 		for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/ && $i ~ /:\/\//) { print $i; break }
 	}' "${files[@]}" |
-	sed 's:/*$::' | grep -E '^(https?|file)://.*/debian$' | head -n1 || true)
+	sed 's:/*$::' | grep -E "^(https?|file)://.*/$suffix\$" | head -n1 || true)
 if [ -z "$m" ]; then
-	echo "debian-mirror: no Debian archive (a \"deb\" source ending in /debian) in /etc/apt/sources.list" \
-		"or /etc/apt/sources.list.d/; set DEBIAN_MIRROR to the archive's address" >&2
+	echo "debian-mirror: no Debian archive (a \"deb\" source ending in /$suffix) in /etc/apt/sources.list" \
+		"or /etc/apt/sources.list.d/; set DEBIAN_MIRROR (DEBIAN_SECURITY_MIRROR) to its address" >&2
 	exit 1
 fi
 echo "$m"
