@@ -3,15 +3,17 @@
 #   1. copies the checkout (its tracked and new files, as they are in the work
 #      tree) to a temporary directory, so the build never writes into the
 #      repository, and checks afterwards that the repository is unchanged;
-#   2. installs the build dependencies debian/control declares
-#      (apt-get build-dep), builds with `dpkg-buildpackage -us -uc -b`
-#      (postgresql-MAJOR-redlock for each PostgreSQL major pg_buildext finds)
-#      and runs lintian, which must report no error;
-#   3. installs the packages (apt-get install ./...deb), checks their files
-#      against the packages' checksums (dpkg --verify), and runs the
-#      pg_regress suite as installcheck against the installed files, with 5
-#      Redis nodes (debian/tests/installcheck; REDLOCK_REDIS_SERVER picks the
-#      server binary);
+#   2. runs the README's package block (```sh package: two commands) in
+#      that copy: its first command installs the build dependencies
+#      debian/control declares (apt-get build-dep) and builds with
+#      `dpkg-buildpackage -us -uc -b` (postgresql-MAJOR-redlock for each
+#      PostgreSQL major pg_buildext finds); lintian must report no error on
+#      what it built; its second command installs postgresql-15-redlock
+#      (apt-get install ../...deb);
+#   3. checks the installed files against the packages' checksums
+#      (dpkg --verify), and runs the pg_regress suite as installcheck against
+#      them, with 5 Redis nodes (debian/tests/installcheck;
+#      REDLOCK_REDIS_SERVER picks the server binary);
 #   4. removes them (dpkg -r) and checks that no file any of them installed
 #      is left.
 # Files of a `make install` that the packages would overwrite (run-tests.sh
@@ -63,24 +65,29 @@ git ls-files -z --cached --others --exclude-standard |
 	tar -c --null -T - -f - | tar -x -C "$work/src" -f -
 
 # ---------------------------------------------------------------- 2. build
+awk '
+	/^```sh package[ \t]*$/ { inblock = 1; n++; next }
+	/^```/                  { inblock = 0; next }
+	inblock && !/^[ \t]*(#|$)/ { print }
+	END { if (n != 1) { print "expected exactly one ```sh package block, found " n > "/dev/stderr"; exit 1 } }
+' README.md > "$work/block"
+mapfile -t block < "$work/block"
+[ ${#block[@]} -eq 2 ] || { echo "package: the README's package block has ${#block[@]} commands, not 2" >&2; exit 1; }
 cd "$work/src"
 export DEBIAN_FRONTEND=noninteractive
 if ! dpkg-checkbuilddeps > /dev/null 2>&1 || ! command -v lintian > /dev/null; then
-	log "installing the build dependencies (apt-get build-dep) and lintian"
-	apt-get update -qq
-	apt-get build-dep -y -qq . > /dev/null
+	apt-get update -qq	# the block's apt-get build-dep needs a fresh index
 	apt-get install -y -qq --no-install-recommends lintian > /dev/null
 fi
-dpkg-checkbuilddeps	# what debian/control declares is all the build needs
 log "pg_buildext: debian/control is up to date with debian/control.in"
 pg_buildext checkcontrol
-log "dpkg-buildpackage -us -uc -b"
+log "the README's first command: ${block[0]}"
 t0=$(date +%s)
-dpkg-buildpackage -us -uc -b > "$work/build.log" 2>&1 || { tail -n 40 "$work/build.log"; exit 1; }
+bash -euo pipefail -c "${block[0]}" > "$work/build.log" 2>&1 || { tail -n 40 "$work/build.log"; exit 1; }
+dpkg-checkbuilddeps	# what debian/control declares was all the build needed
 log "built in $(($(date +%s) - t0)) s: $(cd "$work" && echo *.deb)"
-changes=$(echo "$work"/redlock_*.changes)
 log "lintian"
-lintian --fail-on error "$changes"
+lintian --fail-on error "$work"/redlock_*.changes
 debs=("$work"/postgresql-*-redlock_*.deb)
 [ -e "${debs[0]}" ] || { echo "package: no postgresql-*-redlock .deb was built" >&2; exit 1; }
 if [ -n "$keep" ]; then mkdir -p "$keep"; cp "${debs[@]}" "$keep/"; fi
@@ -108,10 +115,14 @@ for deb in "${debs[@]}"; do
 	done
 	installed+=("$p")
 done
-log "apt-get install ${debs[*]##*/}"
-apt-get install -y -qq --no-install-recommends "${debs[@]}" > "$work/install.log" 2>&1 ||
+log "the README's second command: ${block[1]}"
+(cd "$work/src" && bash -euo pipefail -c "${block[1]}") > "$work/install.log" 2>&1 ||
 	{ cat "$work/install.log"; exit 1; }
 for p in "${installed[@]}"; do
+	if ! dpkg-query -W -f '${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii'; then
+		echo "package: the README's second command did not install $p" >&2
+		exit 1
+	fi
 	dpkg --verify "$p" || { echo "package: the installed files of $p differ from the package" >&2; exit 1; }
 	dpkg -L "$p" > "$work/$p.files"
 	log "$p $(dpkg-query -W -f '${Version}' "$p"): $(wc -l < "$work/$p.files") paths, e.g. $(grep -m1 '\.so$' "$work/$p.files")"
