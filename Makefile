@@ -60,6 +60,12 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# A VPATH build (Debian's pg_buildext builds in build-MAJOR/, see debian/)
+# puts the objects under src/ of the build directory: make it.
+ifdef VPATH
+$(shell mkdir -p src)
+endif
+
 # PGXS tracks no header dependencies: rebuild every object when one of our
 # headers changes (a struct layout change must never mix old and new code).
 $(OBJS): $(wildcard $(srcdir)/src/*.h)

@@ -83,9 +83,18 @@ SELECT array_position(string_to_array(current_setting('redlock.nodes'), ','), no
        reachable, redis_version IS NOT NULL AS has_version, role,
        maxmemory_policy, persistence, warnings, error
   FROM redlock_nodes ORDER BY n;
+-- which server each node is: Valkey when the tests run valkey-server
+-- (run-tests.sh --redis-server exports REDLOCK_REDIS_SERVER), else Redis
+\set server_binary redis-server
+\getenv server_binary REDLOCK_REDIS_SERVER
+SELECT count(*) AS nodes,
+       bool_and(server ~ ('^' || CASE WHEN :'server_binary' LIKE '%valkey%'
+                                      THEN 'Valkey' ELSE 'Redis' END
+                           || ' [0-9]+\.[0-9]+\.[0-9]+$')) AS server_named
+  FROM redlock_nodes;
 SET redlock.nodes = :'one_up_one_down';
 SELECT CASE node WHEN :'node1' THEN 'node1' ELSE node END AS node,
-       reachable, rtt_ms IS NULL AS no_rtt, error
+       reachable, rtt_ms IS NULL AS no_rtt, error, server IS NULL AS no_server
   FROM redlock_nodes ORDER BY node = :'node1';
 RESET redlock.nodes;
 

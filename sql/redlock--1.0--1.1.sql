@@ -291,3 +291,27 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 REVOKE ALL ON FUNCTION redlock_holder(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redlock_holder(text) TO redlock_user, pg_monitor;
+
+-- redlock_nodes says which server each node is (Redis or Valkey, and its
+-- version): a new last column, server.
+DROP VIEW redlock_nodes;
+DROP FUNCTION redlock_nodes();
+CREATE FUNCTION redlock_nodes(
+    OUT node text,
+    OUT reachable boolean,
+    OUT rtt_ms double precision,
+    OUT redis_version text,
+    OUT role text,
+    OUT maxmemory_policy text,
+    OUT persistence text,
+    OUT warnings text[],
+    OUT error text,
+    OUT server text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redlock_nodes'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE VIEW redlock_nodes AS
+    SELECT * FROM redlock_nodes();
+REVOKE ALL ON FUNCTION redlock_nodes() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redlock_nodes() TO redlock_user, pg_monitor;
+GRANT SELECT ON redlock_nodes TO redlock_user, pg_monitor;

@@ -25,7 +25,12 @@
 #include "protocol.h"
 #include "lease_sql.h"
 
-#define RL_HEALTH_COLUMNS 9
+/*
+ * Columns of redlock_nodes(); 1.1 added the last one, server.  A 1.0
+ * definition of the function (library updated, ALTER EXTENSION UPDATE not
+ * run yet) has 9 columns: its tuples are formed from the first 9 values.
+ */
+#define RL_HEALTH_COLUMNS 10
 
 /* Value of "field:" in INFO output, palloc'd, or NULL. */
 static char *
@@ -48,6 +53,32 @@ info_field(const char *info, const char *field)
 			p++;
 	}
 	return NULL;
+}
+
+/*
+ * Which server the node is, from its INFO: "Valkey 8.0.1" (Valkey names
+ * itself in server_name and gives its own version in valkey_version; its
+ * redis_version is the Redis release it is compatible with), "Redis 7.0.15"
+ * (Redis has no server_name), or another server's own name and version.
+ * palloc'd, or NULL when the node said nothing usable.
+ */
+static char *
+server_of(const char *info)
+{
+	char	   *name = info_field(info, "server_name");
+	char	   *version = NULL;
+
+	if (name != NULL)
+		version = info_field(info, psprintf("%s_version", name));
+	if (version == NULL)
+		version = info_field(info, "redis_version");
+	if (name == NULL || strcmp(name, "redis") == 0)
+		name = "Redis";
+	else if (strcmp(name, "valkey") == 0)
+		name = "Valkey";
+	if (version == NULL)
+		return NULL;
+	return psprintf("%s %s", name, version);
 }
 
 static void
@@ -162,6 +193,7 @@ redlock_nodes(PG_FUNCTION_ARGS)
 		char	   *role = text ? info_field(text, "role") : NULL;
 		char	   *policy = text ? info_field(text, "maxmemory_policy") : NULL;
 		char	   *aof = text ? info_field(text, "aof_enabled") : NULL;
+		char	   *server = text ? server_of(text) : NULL;
 		const char *save_text = save.results[i].reply_text;
 		const char *persistence = NULL;
 		List	   *warnings = NIL;
@@ -207,6 +239,7 @@ redlock_nodes(PG_FUNCTION_ARGS)
 		TEXT_OR_NULL(4, role);
 		TEXT_OR_NULL(5, policy);
 		TEXT_OR_NULL(6, persistence);
+		TEXT_OR_NULL(9, server);
 #undef TEXT_OR_NULL
 		if (warnings != NIL)
 		{

@@ -11,13 +11,19 @@
 # MAJOR 15 is Debian 12's own release: nothing is built, the packaged
 # /usr/lib/postgresql/15/bin/pg_config is printed (test/install-deps.sh
 # installs it).  Other majors are built from the source package
-# postgresql-MAJOR of trixie or sid (today 17 and 18):
+# postgresql-MAJOR of trixie (and its security updates) or sid (today 17
+# and 18):
 #   1. /etc/apt/sources.list.d/redlock-src.list gets deb-src lines only (no
-#      "deb" line: no binary package of another release can be installed);
+#      "deb" line: no binary package of another release can be installed),
+#      on the archives this machine's apt sources use (test/debian-mirror.sh:
+#      no archive address is written here; none configured is an error);
 #   2. the build tools are installed from Debian 12, only those missing
 #      (nothing is upgraded; never `apt-get build-dep` against another suite);
-#   3. `apt-get source --download-only`, then the upstream tree is unpacked
-#      without Debian's patches and without running Debian's packaging;
+#   3. `apt-get source --download-only` of the newest version the index
+#      lists; when the archive does not serve its files (an index can name
+#      a version whose files are gone), the next one, newest first, until
+#      one downloads; then the upstream tree is unpacked without Debian's
+#      patches and without running Debian's packaging;
 #   4. configure in a separate build directory, make -j2 world-bin,
 #      install-world-bin, plus the PGXS test tooling (pg_regress,
 #      pg_isolation_regress, the TAP perl modules).
@@ -27,7 +33,9 @@
 # Environment: PREFIX (default /tmp/pgMAJOR), SRC_DIR (default /tmp/src:
 # sources, build directories and logs), JOBS (default 2, at most 2),
 # CASSERT=1 to configure with --enable-cassert (a distinct build directory),
-# DEBIAN_MIRROR (default: the configured Debian 12 mirror).
+# DEBIAN_MIRROR and DEBIAN_SECURITY_MIRROR (default: the archives of the
+# machine's apt sources), DOWNLOAD_ONLY=1 to stop after step 3 (prints the
+# .dsc downloaded).
 # Needs root (or sudo) for steps 1-2 only.
 set -euo pipefail
 
@@ -80,20 +88,20 @@ SUDO=
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 
 # ---------------------------------------------------------------- 1. deb-src
-detect_mirror() {
-	local m
-	m=$(grep -hsE '^[[:space:]]*(URIs:|deb[[:space:]])' /etc/apt/sources.list \
-		/etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null |
-		grep -oE 'https?://[^ ]+/debian/?( |$)' | grep -v security | head -n1 | tr -d ' ' || true)
-	echo "${m:-http://deb.debian.org/debian}"
-}
-MIRROR=${DEBIAN_MIRROR:-$(detect_mirror)}
-MIRROR=${MIRROR%/}
+here=$(cd "$(dirname "$0")" && pwd)
+MIRROR=$(bash "$here/debian-mirror.sh") || die "no Debian archive to take the source of $pkg from"
+SECURITY=$(bash "$here/debian-mirror.sh" --security 2>/dev/null) || SECURITY=
 LIST=/etc/apt/sources.list.d/redlock-src.list
+KEY=/usr/share/keyrings/debian-archive-keyring.gpg
 want_list="# Source-only entries (deb-src, never deb): used to apt-get source newer
 # postgresql-NN / hiredis from newer suites and build them into /tmp prefixes.
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR trixie main
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR sid main"
+deb-src [signed-by=$KEY] $MIRROR trixie main"
+if [ -n "$SECURITY" ]; then
+	want_list+="
+deb-src [signed-by=$KEY] $SECURITY trixie-security main"
+fi
+want_list+="
+deb-src [signed-by=$KEY] $MIRROR sid main"
 need_update=0
 if [ ! -f "$LIST" ] || [ "$(cat "$LIST")" != "$want_list" ]; then
 	log "writing $LIST (deb-src only, mirror $MIRROR)"
@@ -125,15 +133,30 @@ flock 9 # one build of a major at a time in SRC_DIR
 if have "$PREFIX/bin/pg_config"; then echo "$PREFIX/bin/pg_config"; exit 0; fi
 
 cd "$SRC_DIR"
-ver=$(apt-cache showsrc "$pkg" 2>/dev/null | awk '/^Version:/ {print $2}' | sort -V | tail -n1)
-[ -n "$ver" ] || die "no source package $pkg in the deb-src suites of $LIST (Debian offers other majors only in some suites)"
+# every version the index lists, newest first (dpkg's ordering)
+versions=$(apt-cache showsrc "$pkg" 2>/dev/null | awk '/^Version:/ {print $2}' | sort -u)
+versions=$(for v in $versions; do
+	n=0
+	for w in $versions; do dpkg --compare-versions "$w" gt "$v" && n=$((n + 1)); done
+	echo "$n $v"
+done | sort -n | cut -d' ' -f2)
+[ -n "$versions" ] || die "no source package $pkg in the deb-src suites of $LIST (Debian offers other majors only in some suites)"
+ver=
+for v in $versions; do
+	if [ -f "${pkg}_${v#*:}.dsc" ]; then ver=$v; break; fi
+	log "apt-get source --download-only $pkg=$v"
+	if apt-get source -qq --download-only "$pkg=$v" >&2; then ver=$v; break; fi
+	log "$pkg $v is listed but its files did not download; trying the next version"
+done
+[ -n "$ver" ] || die "none of the versions of $pkg the index lists downloads ($(echo $versions)): the archive does not serve their files"
 upver=${ver#*:}
 upver=${upver%-*}
 dsc="${pkg}_${ver#*:}.dsc"
 tree="$SRC_DIR/$pkg-$upver"
-if [ ! -f "$dsc" ]; then
-	log "apt-get source --download-only $pkg=$ver"
-	apt-get source -qq --download-only "$pkg=$ver" >&2
+if [ "${DOWNLOAD_ONLY:-0}" = 1 ]; then
+	log "downloaded $pkg $ver (DOWNLOAD_ONLY: not building)"
+	echo "$SRC_DIR/$dsc"
+	exit 0
 fi
 if [ ! -f "$tree/configure" ]; then
 	rm -rf "$tree"

@@ -52,7 +52,7 @@ UPDATE accounts SET balance = balance - 30 WHERE id = 7;
 \echo [A] refused with SQLSTATE :LAST_ERROR_SQLSTATE
 ROLLBACK;
 SQL
-) | sed -u 's/^/    [session A] /' &
+) | tee "$work/session-a.out" | sed -u 's/^/    [session A] /' &
 a_pid=$!
 
 for _ in $(seq 100); do [ -f "$work/a-has-lease" ] && break; sleep 0.05; done
@@ -69,3 +69,13 @@ wait $a_pid
 
 say "5. The row holds B's write; A's stale write was refused (SQLSTATE RL001)"
 psql_run -e -c "SELECT * FROM accounts"
+
+# The story must have happened as told (CI runs the demo): B's +50 is in the
+# row, and A's write was refused by the fence (A rolls back either way).
+balance=$(psql -X -At -c "SELECT balance FROM accounts WHERE id = 7")
+a_said=$(sed -n 's/^\[A\] refused with SQLSTATE //p' "$work/session-a.out")
+if [ "$balance" != 150 ] || [ "$a_said" != RL001 ]; then
+	echo "demo: FAILED: balance ${balance:-missing} (expected 150, B's +50)," \
+		"A's write ended with SQLSTATE '${a_said}' (expected RL001, refused by the fence)" >&2
+	exit 1
+fi

@@ -4,21 +4,31 @@
 # loopback, shows leases and fencing tokens, then replays the pause scenario
 # with two sessions and shows the stale write refused.  Stops everything.
 #
-#   bash test/demo.sh [--pg-config PATH]
+#   bash test/demo.sh [--pg-config PATH] [--redis-server PATH]
 #
 # --pg-config: the PostgreSQL installation to use (default: Debian 12's
-# PostgreSQL 15, installed first by test/install-deps.sh).  The Redis nodes
+# PostgreSQL 15, installed first by test/install-deps.sh).
+# --redis-server: the server binary the nodes run (default redis-server),
+# e.g. /usr/bin/valkey-server.  The Redis nodes
 # run on ports that were free, each checked to be served by the process
 # started for it; the cluster listens only on a unix socket of its own.
 set -euo pipefail
 
+usage() {
+	echo "usage: bash test/demo.sh [--pg-config PATH] [--redis-server PATH]" >&2
+	exit 2
+}
 pg_config=
-case "${1:-}" in
---pg-config) pg_config=${2:?--pg-config needs a path} ;;
---pg-config=*) pg_config=${1#*=} ;;
-"") ;;
-*) echo "usage: bash test/demo.sh [--pg-config PATH]" >&2; exit 2 ;;
-esac
+redis_server=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--pg-config) [ $# -ge 2 ] || usage; pg_config=$2; shift 2 ;;
+	--pg-config=*) pg_config=${1#*=}; shift ;;
+	--redis-server) [ $# -ge 2 ] || usage; redis_server=$2; shift 2 ;;
+	--redis-server=*) redis_server=${1#*=}; shift ;;
+	*) usage ;;
+	esac
+done
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -31,6 +41,11 @@ else
 	bash test/install-deps.sh --without-postgresql
 fi
 [ -x "$pg_config" ] || { echo "demo: $pg_config is not an executable pg_config" >&2; exit 2; }
+if [ -n "$redis_server" ]; then
+	REDLOCK_REDIS_SERVER=$(command -v "$redis_server") ||
+		{ echo "demo: $redis_server is not an executable" >&2; exit 2; }
+	export REDLOCK_REDIS_SERVER
+fi
 export PG_CONFIG=$pg_config
 bindir=$("$PG_CONFIG" --bindir)
 export PATH="$bindir:$PATH"
@@ -49,7 +64,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 nodes=$(bash test/redis-nodes.sh start "$work/redis" 5)
-echo "== 5 Redis masters: $nodes"
+echo "== 5 Redis masters: $nodes, running $(bash test/redis-nodes.sh version)"
 bash test/pg-cluster.sh start "$work/pg" "redlock.nodes=$nodes" > /dev/null
 # shellcheck disable=SC1091
 . "$work/pg/env"

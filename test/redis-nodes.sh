@@ -12,18 +12,29 @@
 #       error, never silently used.
 #   redis-nodes.sh stop DIR
 #       Stops every node started under DIR.
+#   redis-nodes.sh version
+#       Prints which server binary the nodes run, and its version.
 #
-# Each node runs in the foreground of its own process (no daemonize), with
-# its data, log and pid under DIR/PORT.
+# The server binary is REDLOCK_REDIS_SERVER (a path or a command name, e.g.
+# /usr/bin/valkey-server), by default redis-server; any server that speaks
+# Redis' protocol and options does (Redis, Valkey).  Each node runs in the
+# foreground of its own process (no daemonize), with its data, log and pid
+# under DIR/PORT.
 set -euo pipefail
+server=${REDLOCK_REDIS_SERVER:-redis-server}
 
 usage() {
-	echo "usage: redis-nodes.sh start DIR [BASEPORT] COUNT [redis-server args...] | stop DIR" >&2
+	echo "usage: redis-nodes.sh start DIR [BASEPORT] COUNT [redis-server args...] | stop DIR | version" >&2
 	exit 2
 }
 
 cmd=${1:-}
 dir=${2:-}
+if [ "$cmd" = version ]; then
+	path=$(command -v "$server") || { echo "redis-nodes: no server binary $server" >&2; exit 1; }
+	echo "$path: $("$path" --version)"
+	exit 0
+fi
 if [ -z "$cmd" ] || [ -z "$dir" ]; then usage; fi
 is_number() { [[ $1 =~ ^[0-9]+$ ]]; }
 
@@ -37,20 +48,22 @@ free_port() {
 		print $s->sockport, "\n";'
 }
 
-# Is PID a live redis-server process (not a recycled pid)?
+# Is PID a live server process of the binary named NAME (not a recycled
+# pid)?  The kernel keeps the first 15 bytes of the name it was run by.
 is_our_redis() {
-	local pid=$1 comm
+	local pid=$1 name=$2 comm
 	comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
-	[[ $comm == redis-server* ]]
+	[ "$comm" = "${name:0:15}" ]
 }
 
+# stop_pid PID NAME
 stop_pid() {
-	local pid=$1
-	is_our_redis "$pid" || return 0
+	local pid=$1 name=$2
+	is_our_redis "$pid" "$name" || return 0
 	kill -CONT "$pid" 2>/dev/null || true
 	kill -TERM "$pid" 2>/dev/null || true
 	for _ in $(seq 100); do
-		is_our_redis "$pid" || return 0
+		is_our_redis "$pid" "$name" || return 0
 		# a zombie is gone for our purposes
 		grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null && return 0
 		sleep 0.05
@@ -65,7 +78,8 @@ start_node() {
 	local port=$1 pid served
 	shift
 	mkdir -p "$dir/$port"
-	redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$port" \
+	basename "$server" > "$dir/$port/name"
+	"$server" --port "$port" --bind 127.0.0.1 --dir "$dir/$port" \
 		--save '' --appendonly no --daemonize no \
 		--logfile "$dir/$port/redis.log" --maxmemory-policy noeviction \
 		"$@" < /dev/null > /dev/null 2>&1 &
@@ -86,7 +100,7 @@ start_node() {
 	done
 	echo "redis-nodes: port $port: not served by the redis-server we started (pid $pid)" \
 		"but by ${served:-nobody}; see $dir/$port/redis.log" >&2
-	stop_pid "$pid"
+	stop_pid "$pid" "$(basename "$server")"
 	rm -rf "${dir:?}/$port"
 	return 1
 }
@@ -106,7 +120,7 @@ start)
 	mkdir -p "$dir"
 	started=()
 	# a failed start leaves nothing running
-	trap '[ $? -eq 0 ] || for p in "${started[@]}"; do stop_pid "$(cat "$dir/$p/pid")"; rm -rf "${dir:?}/$p"; done' EXIT
+	trap '[ $? -eq 0 ] || for p in "${started[@]}"; do stop_pid "$(cat "$dir/$p/pid")" "$(cat "$dir/$p/name")"; rm -rf "${dir:?}/$p"; done' EXIT
 	for ((i = 0; i < count; i++)); do
 		if [ -n "$base" ]; then
 			port=$((base + i))
@@ -130,7 +144,8 @@ start)
 stop)
 	for pidfile in "$dir"/*/pid; do
 		[ -f "$pidfile" ] || continue
-		stop_pid "$(cat "$pidfile")"
+		name=$(cat "$(dirname "$pidfile")/name" 2>/dev/null || echo redis-server)
+		stop_pid "$(cat "$pidfile")" "$name"
 		rm -f "$pidfile"
 	done
 	;;

@@ -4,13 +4,18 @@
 # the README's examples and install block, and the process-level TAP tests
 # (which start their own clusters and nodes).
 #
-#   bash test/run-tests.sh [--pg-config PATH] [--long] [--only REGEX]
+#   bash test/run-tests.sh [--pg-config PATH] [--redis-server PATH] [--long] [--only REGEX]
 #
 # --pg-config  the PostgreSQL installation to build against, install into
 #              and test with (default: Debian 12's PostgreSQL 15,
 #              /usr/lib/postgresql/15/bin/pg_config, installed first by
 #              test/install-deps.sh); its lib/pgxs/src/test must hold
 #              pg_regress, pg_isolation_regress and the TAP perl modules
+# --redis-server  the server binary every Redis node of every suite runs
+#              (default: Debian 12's redis-server), e.g. /usr/bin/valkey-server
+#              (test/install-deps.sh --valkey installs Valkey 8); passed
+#              down as REDLOCK_REDIS_SERVER to test/redis-nodes.sh and
+#              test/perl/RedisNode.pm
 # --long       the chaos soak runs 30 minutes (SOAK_MINUTES chooses another
 #              length; the default run soaks for about 40 s + 40 s control,
 #              see test/t/004_soak.pl)
@@ -25,16 +30,19 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: bash test/run-tests.sh [--pg-config PATH] [--long] [--only REGEX]" >&2
+	echo "usage: bash test/run-tests.sh [--pg-config PATH] [--redis-server PATH] [--long] [--only REGEX]" >&2
 	exit 2
 }
 
 pg_config=
+redis_server=
 only=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--pg-config) [ $# -ge 2 ] || usage; pg_config=$2; shift 2 ;;
 	--pg-config=*) pg_config=${1#*=}; shift ;;
+	--redis-server) [ $# -ge 2 ] || usage; redis_server=$2; shift 2 ;;
+	--redis-server=*) redis_server=${1#*=}; shift ;;
 	--only) [ $# -ge 2 ] || usage; only=$2; shift 2 ;;
 	--only=*) only=${1#*=}; shift ;;
 	--long) export SOAK_MINUTES="${SOAK_MINUTES:-30}"; shift ;;
@@ -59,6 +67,13 @@ bindir=$("$PG_CONFIG" --bindir)
 pgxs_test=$(cd "$(dirname "$("$PG_CONFIG" --pgxs)")/../test" && pwd)
 export PATH="$bindir:$PATH"
 echo "== $("$PG_CONFIG" --version), from $PG_CONFIG"
+if [ -n "$redis_server" ]; then
+	REDLOCK_REDIS_SERVER=$(command -v "$redis_server") ||
+		{ echo "run-tests: $redis_server is not an executable" >&2; exit 2; }
+	export REDLOCK_REDIS_SERVER
+fi
+echo "== Redis nodes run $(bash test/redis-nodes.sh version)"
+server_name=$(basename "${REDLOCK_REDIS_SERVER:-redis-server}")
 
 work=$(mktemp -d /tmp/redlock-test.XXXXXX)
 chmod 755 "$work"
@@ -69,10 +84,10 @@ cleanup() {
 	local pid cwd
 	bash "$top/test/pg-cluster.sh" stop "$work/pg" || true
 	bash "$top/test/redis-nodes.sh" stop "$work/redis" || true
-	for pid in $(pgrep -x 'redis-server|postgres' || true); do
+	for pid in $(pgrep -x "redis-server|${server_name:0:15}|postgres" || true); do
 		cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
 		[[ $cwd == "$work"/* ]] || continue
-		if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = redis-server ]; then
+		if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != postgres ]; then
 			kill -CONT "$pid" 2>/dev/null || true
 			kill -KILL "$pid" 2>/dev/null || true
 		elif [ "$(ps -o comm= -p "$(ps -o ppid= -p "$pid" | tr -d ' ')" 2>/dev/null)" != postgres ]; then
@@ -124,6 +139,7 @@ isolation_suite() {
 }
 
 run_suite "unit tests: quorum logic" make -s unitcheck PG_CONFIG="$PG_CONFIG"
+run_suite "META.json agrees with redlock.control" bash test/meta-json.sh
 
 echo "== starting 5 Redis nodes and a cluster for pg_regress, isolation and the README"
 nodes=$(bash test/redis-nodes.sh start "$work/redis" 5) ||
@@ -161,7 +177,7 @@ fi
 tap_suite() {
 	local t=$1 log
 	cd "$tap"
-	"${as_pg[@]}" env PATH="$PATH" TESTDIR="$tap" \
+	"${as_pg[@]}" env PATH="$PATH" TESTDIR="$tap" REDLOCK_REDIS_SERVER="${REDLOCK_REDIS_SERVER:-}" \
 		TESTDATADIR="$tap/tmp_check" TESTLOGDIR="$tap/tmp_check/log" \
 		PG_REGRESS="$pgxs_test/regress/pg_regress" \
 		PERL5LIB="$pgxs_test/perl:$tap/perl" REDLOCK_README="$tap/README.md" \
@@ -175,6 +191,7 @@ for t in test/t/*.pl; do
 done
 
 echo
+echo "== $("$PG_CONFIG" --version); Redis nodes: $(bash test/redis-nodes.sh version)"
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "failed: ${failed[*]}"
 	echo "${#passed[@]} passed, ${#failed[@]} failed"

@@ -4,6 +4,10 @@
 # With tls => { cert => ..., key => ..., ca => ..., auth_clients => 'yes',
 # client_cert => ..., client_key => ... } the node listens for TLS only
 # (--port 0 --tls-port PORT), and redis-cli talks to it over TLS.
+#
+# The server binary is $ENV{REDLOCK_REDIS_SERVER} (run-tests.sh
+# --redis-server sets it, e.g. to /usr/bin/valkey-server), by default
+# redis-server.
 package RedisNode;
 
 use strict;
@@ -78,7 +82,7 @@ sub start
 			'--tls-ca-cert-file', $t->{ca},
 			'--tls-auth-clients', $t->{auth_clients} // 'no');
 	}
-	system('redis-server', @listen, '--bind', $self->{host},
+	system($ENV{REDLOCK_REDIS_SERVER} || 'redis-server', @listen, '--bind', $self->{host},
 		'--dir', $self->{dir}, '--save', '', '--appendonly', 'no',
 		'--daemonize', 'yes', '--pidfile', $pidfile,
 		'--logfile', "$self->{dir}/redis.log", @{ $self->{args} }) == 0
