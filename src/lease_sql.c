@@ -261,9 +261,12 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 		/* a lock call that waits leaves its offer where it is refused */
 		if (!try_only && wait_ms != 0 && rl_handoff_remote_possible(slot))
 		{
-			rl_handoff_new_offer(slot, &waiter.offer);
+			rl_handoff_new_offer(slot, key, &waiter.offer);
 			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &waiter.offer,
 								 &grant, &req);
+			rl_handoff_attempted(&waiter.offer, &req);
+			if (r == RL_ATTEMPT_GRANTED)
+				rl_handoff_wait_end(key, grant.owner);
 		}
 		else
 			r = rl_proto_acquire(resource, key, keylen, ttl_ms, NULL,

@@ -24,7 +24,7 @@
  * W, its TTL and token proposal) in a hash beside the lock,
  * "<prefix>wait:<resource>", on every node that refused it; a release that
  * finds an offer sets W in the same script, exactly as an acquire would,
- * and publishes "W counter elapsed" instead of announcing a free lock.  The
+ * and publishes "W counter" instead of announcing a free lock.  The
  * waiter's wake-up worker collects those messages (handoff_remote.c) and
  * the waiter settles them as its own attempt.
  *
@@ -61,36 +61,37 @@ static const char ACQUIRE_SCRIPT[] =
 /*
  * ACQUIRE_SCRIPT for a lock call that waits, with the name of its offer
  * hash in ARGV[7]: where the lock is held, leave the offer (value ARGV[4],
- * the TTL, the proposal, the counter's name and the node's time) unless
- * another waiter's is there; ARGV[6] is its lifetime.  ARGV[5] is the
- * value of our previous offer, or '': it is replaced, and a lock a release
- * handed to it after we stopped listening is taken back for this attempt.
- * The offer hash is not a declared key, and its commands are pcall'd: a
- * Redis user whose ACL lacks them, or the key pattern, still locks (and
- * its waiters are woken as before).
+ * the TTL, the proposal and the counter's name) unless another waiter's is
+ * there; ARGV[6] is its lifetime.  ARGV[5] lists, separated by spaces, the
+ * values of every earlier offer of the same wait that may still be on a
+ * node (handoff.c, rl_handoff_new_offer): one of them is replaced, and a
+ * lock a release handed to one of them after we stopped listening is taken
+ * back for this attempt.  The offer hash is not a declared key, and its
+ * commands are pcall'd: a Redis user whose ACL lacks them, or the key
+ * pattern, still locks (and its waiters are woken as before).
  */
 static const char ACQUIRE_WAITING_SCRIPT[] =
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
-"local prev = ARGV[5]\n"
+"local ours = ' ' .. ARGV[5] .. ' '\n"
 "local o = ARGV[7]\n"
-"if prev ~= '' and redis.call('GET', KEYS[1]) == prev then\n"
+"local cur = redis.call('GET', KEYS[1])\n"
+"if cur and string.find(ours, ' ' .. cur .. ' ', 1, true) then\n"
 "  redis.call('DEL', KEYS[1])\n"
 "end\n"
+"local w = redis.pcall('HGET', o, 'v')\n"
+"local mine = type(w) == 'string' and\n"
+"  string.find(ours, ' ' .. w .. ' ', 1, true) ~= nil\n"
 "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-"  local w = redis.pcall('HGET', o, 'v')\n"
-"  local t = redis.pcall('TIME')\n"
-"  if (not w or w == prev) and t[2] then\n"
+"  if not w or mine then\n"
 "    redis.pcall('HSET', o, 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
-"                'c', KEYS[2], 's', t[1], 'u', t[2])\n"
+"                'c', KEYS[2])\n"
 "    if type(redis.pcall('PEXPIRE', o, ARGV[6])) == 'table' then\n"
 "      redis.pcall('DEL', o)\n"
 "    end\n"
 "  end\n"
 "  return false\n"
 "end\n"
-"if prev ~= '' and redis.pcall('HGET', o, 'v') == prev then\n"
-"  redis.pcall('DEL', o)\n"
-"end\n"
+"if mine then redis.pcall('DEL', o) end\n"
 "local p = ARGV[3]\n"
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
 "return c\n";
@@ -109,13 +110,12 @@ static const char WRITEBACK_SCRIPT[] =
  * how many were.  ARGV[#KEYS + 1] is the key prefix, which names each
  * lock's offer hash.  Offers of either value are removed.  A released lock
  * with a waiter's offer (ACQUIRE_WAITING_SCRIPT) is taken for that waiter
- * as its acquire would, and "value counter elapsed" is published (elapsed:
- * microseconds since the offer was left, by the node's clock); a lock left
- * free is announced with an empty message.  Either way on the key's
+ * as its acquire would, and "value counter" is published (the counter
+ * before the grant); a lock left free is announced with an empty message.  Either way on the key's
  * channel, which the wake-up workers of other servers subscribe to.  The
  * offer's commands and PUBLISH are pcall'd, so a Redis user whose ACL
- * lacks them still releases (its waiters then poll); a node whose TIME
- * cannot be read says elapsed 0 (the earliest the lock can have been set).
+ * lacks them still releases (its waiters then poll).  No node's clock is
+ * read: the waiter counts the lease's validity on its own (handoff_remote.c).
  */
 static const char RELEASE_SCRIPT[] =
 "local pre = ARGV[#KEYS + 1]\n"
@@ -133,17 +133,14 @@ static const char RELEASE_SCRIPT[] =
 "  local cur = redis.call('GET', k)\n"
 "  if cur == v or cur == w then\n"
 "    n = n + redis.call('DEL', k)\n"
-"    local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c', 's', 'u')\n"
-"    if f and f[1] and f[2] and f[3] and f[4] and f[5] and f[6] then\n"
+"    local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c')\n"
+"    if f and f[1] and f[2] and f[3] and f[4] then\n"
 "      redis.pcall('DEL', o)\n"
 "      redis.call('SET', k, f[1], 'PX', f[2])\n"
 "      local c = redis.call('GET', f[4]) or '0'\n"
 "      local p = f[3]\n"
 "      if #p > #c or (#p == #c and p > c) then redis.call('SET', f[4], p) end\n"
-"      local t = redis.pcall('TIME')\n"
-"      local us = 0\n"
-"      if t[2] then us = (t[1] - f[5]) * 1000000 + (t[2] - f[6]) end\n"
-"      redis.pcall('PUBLISH', k, f[1] .. ' ' .. c .. ' ' .. string.format('%d', us))\n"
+"      redis.pcall('PUBLISH', k, f[1] .. ' ' .. c)\n"
 "    else\n"
 "      redis.pcall('PUBLISH', k, '')\n"
 "    end\n"
@@ -557,13 +554,13 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	argvlen[7] = rl_format_counter(proposal, proposal_buf);
 	if (offer != NULL)
 	{
-		/* ARGV: ours, TTL, proposal, the offer's value, prev, life, name */
+		/* ARGV: ours, TTL, proposal, the offer's value, earlier, life, name */
 		argv[1] = ACQUIRE_WAITING_SCRIPT;
 		argvlen[1] = sizeof(ACQUIRE_WAITING_SCRIPT) - 1;
 		argv[8] = offer->owner;
 		argvlen[8] = strlen(offer->owner);
-		argv[9] = offer->prev;
-		argvlen[9] = strlen(offer->prev);
+		argv[9] = offer->past;
+		argvlen[9] = strlen(offer->past);
 		argv[10] = px_buf;
 		argvlen[10] = snprintf(px_buf, sizeof(px_buf), "%d", offer->px_ms);
 		argv[11] = okey;

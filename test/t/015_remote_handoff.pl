@@ -159,14 +159,20 @@ ok(wait_for(sub { all_lock('r1', $wpid) }), 'r1: every node holds the lock for t
 is(join(' ', lock_values('r1')), join(' ', ($offered) x @redis), 'r1: with the value it offered');
 ok(wait_for(sub { no_offer('r1') }), 'r1: no offer is left on any node');
 is(west_attempts() - $a0, 0, 'r1: the waiter made no attempt of its own after the release');
-is(join(' ', evals_per_node()), join(' ', (1) x @redis),
-	"r1: one script call per node: east's release was the handoff");
+# besides east's release: the waiter's offer is older than a round, so it
+# confirms the handoff on the nodes that handed it over (protocol_handoff.c),
+# and it withdraws an earlier offer from a node that had not answered its
+# last attempt when that round was decided
+my @evals = evals_per_node();
+ok(!grep({ $_ < 1 || $_ > 3 } @evals) && (grep { $_ >= 2 } @evals) >= 2,
+	"r1: east's release was the handoff, confirmed by the waiter on a majority (script calls per node: @evals)");
 $w->query_safe("SELECT redlock_unlock('r1')");
 ok(wait_for(sub { no_lock('r1') }), 'r1: nothing is left after its unlock');
 $w->quit;
 
-# --- 2. the validity of a lease handed over counts from the release, not
-# from the waiter's attempt 3 s earlier (TTL 5 s: ~2 s would be left)
+# --- 2. the validity of a lease handed over counts from the waiter's
+# confirmation of the handoff on the nodes, not from its attempt 3 s
+# earlier (TTL 5 s: ~2 s would be left)
 $t1 = $h->query_safe("SELECT redlock_lock('r2', 60000)");
 ($w, $wpid) = west_waiter('r2', "redlock_lock('r2', 5000)");
 settled('r2', $wpid);
