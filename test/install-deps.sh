@@ -10,7 +10,7 @@
 set -euo pipefail
 
 pkgs=(build-essential libhiredis-dev libc-ares-dev libssl-dev redis-server
-      redis-tools libipc-run-perl procps util-linux sudo)
+      redis-tools libipc-run-perl procps util-linux sudo faketime)
 if [ "${1:-}" != --without-postgresql ]; then
 	pkgs+=(postgresql-15 postgresql-server-dev-15 postgresql-common)
 fi
