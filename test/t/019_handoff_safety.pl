@@ -82,12 +82,13 @@ my ($east, $west) = @pg;
 sub wait_for
 {
 	my ($cond, $secs) = @_;
-	for (1 .. 10 * ($secs // 10))
+	my $until = time + ($secs // 10);
+	while (1)
 	{
 		return 1 if $cond->();
+		return 0 if time > $until;
 		usleep(100_000);
 	}
-	return 0;
 }
 
 # node $r's lock and offer values of $res ('' for none)
@@ -159,18 +160,23 @@ my $h = $east->background_psql('postgres', on_error_stop => 0);
 # the release: the validity the waiter is told must still end within its
 # TTL of the moment its own call returned (it cannot have been granted
 # later), as its own clock counts
+# (its offer lives retry_delay + node_timeout on a node: 30 s, so that the
+# step does not end it)
 my $ttl = 20000;
 $h->query_safe("SELECT redlock_lock('c1', 60000)");
-my ($w, $wpid) = west_waiter('c1', "redlock_lock('c1', $ttl)");
+my ($w, $wpid) = west_waiter('c1', "redlock_lock('c1', $ttl)", "SET redlock.retry_delay = '30s'");
 ok(all_offer('c1', $wpid), 'c1: every node has the offer of the west waiter');
 sleep 1;
 step_clock($_, 4) for 0 .. 2;
 my $skew = $redis[0]->cli('TIME') =~ /^(\d+)/ ? $1 - time : 0;
 cmp_ok($skew, '>', 3, "c1: the nodes' clocks stepped forward (${\ sprintf '%.1f', $skew } s ahead)");
+ok(all_offer('c1', $wpid), 'c1: and the offer is still there');
+my $a0 = west_attempts();
 $h->query_safe("SELECT redlock_unlock('c1')");
 my $t1 = $w->query_safe('SELECT :got');
 my $got_at = time;
-like($t1, qr/^\d+$/, 'c1: the west waiter was handed the lease');
+like($t1, qr/^\d+$/, 'c1: the west waiter got the lease');
+is(west_attempts() - $a0, 0, "c1: handed over by east's release, not by an attempt of its own");
 my $validity = $w->query_safe("SELECT validity_ms FROM redlock_leases WHERE resource = 'c1'");
 my $told_end = time + ($validity + 1) / 1000;
 cmp_ok($told_end, '<=', $got_at + $ttl / 1000,
@@ -263,8 +269,10 @@ sub second_offer
 	return ($w, $pid);
 }
 
+# Its offers live retry_delay + node_timeout on a node (60 s here): longer
+# than the section lasts, so that none is gone by itself.
 # 4a. the waiter is cancelled: none of its offers is left anywhere
-($w, $wpid) = second_offer('c4', "SET redlock.retry_delay = '30s'");
+($w, $wpid) = second_offer('c4', "SET redlock.retry_delay = '60s'");
 $west->safe_psql('postgres', "SELECT pg_cancel_backend($wpid)");
 $w->query('SELECT 1');
 like($w->{stderr}, qr/canceling statement due to user request/, 'c4: the waiter was cancelled');
@@ -279,7 +287,7 @@ $w->quit;
 # 4b. the outside holder leaves the two running nodes (the third keeps it):
 # the waiter's next attempt is granted there.  What is left of the waiter on
 # the nodes is the lease's own value, or the offer its release removes too
-($w, $wpid) = second_offer('c5', "SET redlock.retry_delay = '30s'");
+($w, $wpid) = second_offer('c5', "SET redlock.retry_delay = '60s'");
 $_->cli('DEL', 'redlock:lock:c5') for @redis[0, 1];
 $_->cli('PUBLISH', 'redlock:lock:c5', '') for @redis[0, 1];
 like($w->query_safe('SELECT :got'), qr/^\d+$/, 'c5: the waiter was granted the lease');
