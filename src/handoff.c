@@ -173,6 +173,22 @@ rl_handoff_new_offer(int slot, const char *key, RlOffer *offer)
 }
 
 /*
+ * Before an attempt of a lock call that waits but is not handed the lease
+ * by holders on other servers (rl_handoff_remote_possible() said no): its
+ * value and proposal, and no offer; it only leaves the marker that makes
+ * a release announce the lock free.
+ */
+void
+rl_handoff_mark_only(RlOffer *offer)
+{
+	memset(offer, 0, sizeof(*offer));
+	rl_proto_new_owner(offer->value);
+	offer->proposal = rl_proto_new_proposal();
+	offer->since_us = rl_now_us();
+	offer->px_ms = rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
+}
+
+/*
  * The attempt of offer ran (req): a node that answered it holds no earlier
  * offer of ours any more, nor a lock handed to one; and this offer only
  * where the node refused the attempt (or did not answer).

@@ -22,6 +22,7 @@ typedef enum RlHandoffOutcome
 /* the waiter */
 extern bool rl_handoff_remote_possible(int slot);
 extern void rl_handoff_new_offer(int slot, const char *key, RlOffer *offer);
+extern void rl_handoff_mark_only(RlOffer *offer);
 extern void rl_handoff_attempted(const RlOffer *offer, const RlRequest *req);
 extern void rl_handoff_wait_end(const char *key, const char *owner);
 extern void rl_handoff_used(RlOffer *offer, const char *owner);

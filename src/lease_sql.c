@@ -268,6 +268,15 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 			if (r == RL_ATTEMPT_GRANTED)
 				rl_handoff_wait_end(key, grant.owner);
 		}
+		else if (!try_only && wait_ms != 0 && slot >= 0)
+		{
+			/* still asks a release to announce the lock free */
+			RlOffer		mark;
+
+			rl_handoff_mark_only(&mark);
+			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &mark,
+								 &grant, &req);
+		}
 		else
 			r = rl_proto_acquire(resource, key, keylen, ttl_ms, NULL,
 								 &grant, &req);

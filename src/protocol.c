@@ -59,10 +59,13 @@ static const char ACQUIRE_SCRIPT[] =
 "return c\n";
 
 /*
- * ACQUIRE_SCRIPT for a lock call that waits, with the name of its offer
- * hash in ARGV[7]: where the lock is held, leave the offer (value ARGV[4],
- * the TTL, the proposal and the counter's name) unless another waiter's is
- * there; ARGV[6] is its lifetime.  ARGV[5] lists, separated by spaces, the
+ * ACQUIRE_SCRIPT for a lock call that waits, with the names of its
+ * waiters' marker in ARGV[8] and of its offer hash in ARGV[7]: where the
+ * lock is held, leave the marker (so that its release announces it,
+ * RELEASE_SCRIPT) and the offer (value ARGV[4], the TTL, the proposal and
+ * the counter's name) unless another waiter's is there or ARGV[4] is ''
+ * (a waiter that is not handed the lock over); ARGV[6] is their lifetime
+ * (the marker's is never shortened).  ARGV[5] lists, separated by spaces, the
  * values of every earlier offer of the same wait that may still be on a
  * node (handoff.c, rl_handoff_new_offer): one of them is replaced, and a
  * lock a release handed to one of them after we stopped listening is taken
@@ -82,7 +85,11 @@ static const char ACQUIRE_WAITING_SCRIPT[] =
 "local mine = type(w) == 'string' and\n"
 "  string.find(ours, ' ' .. w .. ' ', 1, true) ~= nil\n"
 "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-"  if not w or mine then\n"
+"  local t = redis.pcall('PTTL', ARGV[8])\n"
+"  if type(t) ~= 'number' or t < tonumber(ARGV[6]) then\n"
+"    redis.pcall('SET', ARGV[8], '1', 'PX', ARGV[6])\n"
+"  end\n"
+"  if ARGV[4] ~= '' and (not w or mine) then\n"
 "    redis.pcall('HSET', o, 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
 "                'c', KEYS[2])\n"
 "    if type(redis.pcall('PEXPIRE', o, ARGV[6])) == 'table' then\n"
@@ -108,14 +115,20 @@ static const char WRITEBACK_SCRIPT[] =
  * attempt that took it (rl_offer_value(): 'w' for its first character),
  * which a release may have set on a node the attempt did not need; returns
  * how many were.  ARGV[#KEYS + 1] is the key prefix, which names each
- * lock's offer hash.  Offers of either value are removed.  A released lock
- * with a waiter's offer (ACQUIRE_WAITING_SCRIPT) is taken for that waiter
- * as its acquire would, and "value counter" is published (the counter
- * before the grant); a lock left free is announced with an empty message.  Either way on the key's
- * channel, which the wake-up workers of other servers subscribe to.  The
- * offer's commands and PUBLISH are pcall'd, so a Redis user whose ACL
- * lacks them still releases (its waiters then poll).  No node's clock is
- * read: the waiter counts the lease's validity on its own (handoff_remote.c).
+ * lock's waiters' marker "<prefix>wake:<resource>" (left by every attempt
+ * of a lock call that waits, ACQUIRE_WAITING_SCRIPT) and offer hash.  The
+ * lock and the marker are read in one MGET: with no marker, nobody waits,
+ * and the release is that MGET and a DEL.  With one, a released lock with
+ * a waiter's offer is taken for that waiter as its acquire would, and
+ * "value counter" is published (the counter before the grant); a lock left
+ * free is announced with an empty message, and the marker removed (the
+ * waiters woken leave it again if they are refused).  Either way on the
+ * key's channel, which the wake-up workers of other servers subscribe to.
+ * Where the lock is not ours, an offer of ours is removed.  MGET, the
+ * offer's commands and PUBLISH are pcall'd: a Redis user whose ACL lacks
+ * MGET releases as if someone waited, and one that lacks the others still
+ * releases (its waiters then poll).  No node's clock is read: the waiter
+ * counts the lease's validity on its own (handoff_remote.c).
  */
 static const char RELEASE_SCRIPT[] =
 "local pre = ARGV[#KEYS + 1]\n"
@@ -123,27 +136,40 @@ static const char RELEASE_SCRIPT[] =
 "for i = 1, #KEYS do\n"
 "  local k = KEYS[i]\n"
 "  local v = ARGV[i]\n"
-"  local w = 'w' .. string.sub(v, 2)\n"
-"  local o = nil\n"
-"  if string.sub(k, 1, #pre + 5) == pre .. 'lock:' then\n"
-"    o = pre .. 'wait:' .. string.sub(k, #pre + 6)\n"
-"    local ov = redis.pcall('HGET', o, 'v')\n"
-"    if ov == v or ov == w then redis.pcall('DEL', o) end\n"
+"  local res = string.sub(k, 1, #pre + 5) == pre .. 'lock:' and\n"
+"    string.sub(k, #pre + 6)\n"
+"  local m = res and pre .. 'wake:' .. res\n"
+"  local r = m and redis.pcall('MGET', k, m)\n"
+"  local cur, waiting\n"
+"  if type(r) == 'table' and not r.err then\n"
+"    cur, waiting = r[1], r[2]\n"
+"  else\n"
+"    cur, waiting = redis.call('GET', k), true\n"
 "  end\n"
-"  local cur = redis.call('GET', k)\n"
+"  local w = 'w' .. string.sub(v, 2)\n"
 "  if cur == v or cur == w then\n"
 "    n = n + redis.call('DEL', k)\n"
-"    local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c')\n"
-"    if f and f[1] and f[2] and f[3] and f[4] then\n"
-"      redis.pcall('DEL', o)\n"
-"      redis.call('SET', k, f[1], 'PX', f[2])\n"
-"      local c = redis.call('GET', f[4]) or '0'\n"
-"      local p = f[3]\n"
-"      if #p > #c or (#p == #c and p > c) then redis.call('SET', f[4], p) end\n"
-"      redis.pcall('PUBLISH', k, f[1] .. ' ' .. c)\n"
-"    else\n"
-"      redis.pcall('PUBLISH', k, '')\n"
+"    if waiting then\n"
+"      local o = res and pre .. 'wait:' .. res\n"
+"      local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c')\n"
+"      if type(f) == 'table' and f[1] and f[1] ~= v and f[1] ~= w and\n"
+"         f[2] and f[3] and f[4] then\n"
+"        redis.pcall('DEL', o)\n"
+"        redis.call('SET', k, f[1], 'PX', f[2])\n"
+"        local c = redis.call('GET', f[4]) or '0'\n"
+"        local p = f[3]\n"
+"        if #p > #c or (#p == #c and p > c) then redis.call('SET', f[4], p) end\n"
+"        redis.pcall('PUBLISH', k, f[1] .. ' ' .. c)\n"
+"      else\n"
+"        if type(f) == 'table' and f[1] then redis.pcall('DEL', o) end\n"
+"        if m then redis.pcall('DEL', m) end\n"
+"        redis.pcall('PUBLISH', k, '')\n"
+"      end\n"
 "    end\n"
+"  elseif res then\n"
+"    local o = pre .. 'wait:' .. res\n"
+"    local ov = redis.pcall('HGET', o, 'v')\n"
+"    if ov == v or ov == w then redis.pcall('DEL', o) end\n"
 "  end\n"
 "end\n"
 "return n\n";
@@ -514,7 +540,8 @@ failed:
  * everything this attempt may have set is released, and req_out describes
  * what each node said.  offer: NULL, or the standing offer of a lock call
  * that waits (rl_handoff_new_offer: the attempt's value and proposal, and
- * the offer's value), which is left where the lock is held
+ * the offer's value, or "" for a waiter that only asks to be woken:
+ * rl_handoff_mark_only), which is left where the lock is held
  * (ACQUIRE_WAITING_SCRIPT); a holder on another server then hands the lock
  * over in its release.  A lock held by the offer's value on a node our
  * lease did not need is ours: our release removes it (RELEASE_SCRIPT).
@@ -524,10 +551,11 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 				 int ttl_ms, RlOffer *offer, RlGrant *grant,
 				 RlRequest *req_out)
 {
-	const char *argv[12];
-	size_t		argvlen[12];
+	const char *argv[13];
+	size_t		argvlen[13];
 	char		ckey[RL_KEY_MAX + 1];
 	char		okey[RL_KEY_MAX + 1];
+	char		mkey[RL_KEY_MAX + 1];
 	char		ttl_buf[16];
 	char		proposal_buf[24];
 	char		px_buf[16];
@@ -554,7 +582,10 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	argvlen[7] = rl_format_counter(proposal, proposal_buf);
 	if (offer != NULL)
 	{
-		/* ARGV: ours, TTL, proposal, the offer's value, earlier, life, name */
+		/*
+		 * ARGV: ours, TTL, proposal, the offer's value (or ''), earlier,
+		 * life, the offer's and the marker's names
+		 */
 		argv[1] = ACQUIRE_WAITING_SCRIPT;
 		argvlen[1] = sizeof(ACQUIRE_WAITING_SCRIPT) - 1;
 		argv[8] = offer->owner;
@@ -565,7 +596,10 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 		argvlen[10] = snprintf(px_buf, sizeof(px_buf), "%d", offer->px_ms);
 		argv[11] = okey;
 		argvlen[11] = rl_offer_key(okey, resource);
-		argc = 12;
+		argv[12] = mkey;
+		argvlen[12] = snprintf(mkey, sizeof(mkey), "%swake:%s", rl_key_prefix,
+							   resource);
+		argc = 13;
 	}
 	rl_proto_request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, argc,
 						  argv, argvlen);

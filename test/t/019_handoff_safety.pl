@@ -11,7 +11,8 @@
 #      value of the waiter on that node once it runs again;
 #   4. a wait whose earlier offer is on a node its later attempts did not
 #      reach (the node was down) leaves no offer or lock behind, whether it
-#      is cancelled or granted.
+#      is cancelled or granted;
+#   6. a release that nobody waits for reads no offer and publishes nothing.
 # The nodes' clocks are stepped with libfaketime (Debian's faketime
 # package), one timestamp file per node.  Real Redis nodes, two real
 # clusters sharing them.
@@ -299,6 +300,34 @@ ok(wait_for(sub { !leftovers('c5', $wpid, $lease, $lease_offer) }, 3),
 $w->query_safe("SELECT redlock_unlock('c5')");
 ok(wait_for(sub { !leftovers('c5', $wpid) }, 3),
 	'c5: after its release, nothing of the waiter is left: ' . join(', ', leftovers('c5', $wpid)));
+$w->quit;
+
+# --- 6. an uncontended release pays nothing for the handoff machinery:
+# no offer lookup, no publish (issue 18); with a waiter on west, the same
+# release hands the lease over
+sub calls
+{
+	my ($cmd) = @_;
+	my $n = 0;
+	for my $r (@redis)
+	{
+		$n += $1 if $r->cli('INFO', 'commandstats') =~ /^cmdstat_$cmd:calls=(\d+)/m;
+	}
+	return $n;
+}
+$_->cli('CONFIG', 'RESETSTAT') for @redis;
+$h->query_safe("SELECT redlock_lock('c6', 60000)");
+$h->query_safe("SELECT redlock_unlock('c6')");
+ok(wait_for(sub { calls('eval') >= 2 * @redis }), 'c6: the lock and the unlock ran on every node');
+is(join(' ', map { calls($_) } qw(hget hmget hset publish time)), '0 0 0 0 0',
+	'c6: no waiter: the release looked up no offer and published nothing (HGET HMGET HSET PUBLISH TIME)');
+$h->query_safe("SELECT redlock_lock('c6', 60000)");
+($w, $wpid) = west_waiter('c6', "redlock_lock('c6', 60000)");
+$_->cli('CONFIG', 'RESETSTAT') for @redis;
+$h->query_safe("SELECT redlock_unlock('c6')");
+like($w->query_safe('SELECT :got'), qr/^\d+$/, 'c6: with a waiter on west, the release handed it the lease');
+cmp_ok(calls('publish'), '>=', 2, 'c6: and published it on a majority');
+$w->query_safe("SELECT redlock_unlock('c6')");
 $w->quit;
 
 $h->quit;
