@@ -65,11 +65,13 @@ static const char ACQUIRE_SCRIPT[] =
  * RELEASE_SCRIPT) and the offer (value ARGV[4], the TTL, the proposal and
  * the counter's name) unless another waiter's is there or ARGV[4] is ''
  * (a waiter that is not handed the lock over); ARGV[6] is their lifetime
- * (the marker's is never shortened).  ARGV[5] lists, separated by spaces, the
- * values of every earlier offer of the same wait that may still be on a
- * node (handoff.c, rl_handoff_new_offer): one of them is replaced, and a
- * lock a release handed to one of them after we stopped listening is taken
- * back for this attempt.  The offer hash is not a declared key, and its
+ * (the marker's is never shortened).  ARGV[5] lists, separated by
+ * spaces, the values of every earlier offer of the same wait that may
+ * still be on a node (handoff.c, rl_handoff_new_offer): one of them is
+ * replaced, and a lock a release handed to one of them after we stopped
+ * listening is taken back for this attempt.  The first attempt of a wait
+ * (none earlier), when granted, costs nothing more than ACQUIRE_SCRIPT.
+ * The offer hash is not a declared key, and its
  * commands are pcall'd: a Redis user whose ACL lacks them, or the key
  * pattern, still locks (and its waiters are woken as before).
  */
@@ -77,28 +79,36 @@ static const char ACQUIRE_WAITING_SCRIPT[] =
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
 "local ours = ' ' .. ARGV[5] .. ' '\n"
 "local o = ARGV[7]\n"
-"local cur = redis.call('GET', KEYS[1])\n"
-"if cur and string.find(ours, ' ' .. cur .. ' ', 1, true) then\n"
-"  redis.call('DEL', KEYS[1])\n"
+"if ARGV[5] ~= '' then\n"
+"  local cur = redis.call('GET', KEYS[1])\n"
+"  if cur and string.find(ours, ' ' .. cur .. ' ', 1, true) then\n"
+"    redis.call('DEL', KEYS[1])\n"
+"  end\n"
 "end\n"
-"local w = redis.pcall('HGET', o, 'v')\n"
-"local mine = type(w) == 'string' and\n"
-"  string.find(ours, ' ' .. w .. ' ', 1, true) ~= nil\n"
 "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
 "  local t = redis.pcall('PTTL', ARGV[8])\n"
 "  if type(t) ~= 'number' or t < tonumber(ARGV[6]) then\n"
 "    redis.pcall('SET', ARGV[8], '1', 'PX', ARGV[6])\n"
 "  end\n"
-"  if ARGV[4] ~= '' and (not w or mine) then\n"
-"    redis.pcall('HSET', o, 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
-"                'c', KEYS[2])\n"
-"    if type(redis.pcall('PEXPIRE', o, ARGV[6])) == 'table' then\n"
-"      redis.pcall('DEL', o)\n"
+"  if ARGV[4] ~= '' then\n"
+"    local w = redis.pcall('HGET', o, 'v')\n"
+"    if not w or (type(w) == 'string' and\n"
+"                 string.find(ours, ' ' .. w .. ' ', 1, true)) then\n"
+"      redis.pcall('HSET', o, 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
+"                  'c', KEYS[2])\n"
+"      if type(redis.pcall('PEXPIRE', o, ARGV[6])) == 'table' then\n"
+"        redis.pcall('DEL', o)\n"
+"      end\n"
 "    end\n"
 "  end\n"
 "  return false\n"
 "end\n"
-"if mine then redis.pcall('DEL', o) end\n"
+"if ARGV[5] ~= '' then\n"
+"  local w = redis.pcall('HGET', o, 'v')\n"
+"  if type(w) == 'string' and string.find(ours, ' ' .. w .. ' ', 1, true) then\n"
+"    redis.pcall('DEL', o)\n"
+"  end\n"
+"end\n"
 "local p = ARGV[3]\n"
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
 "return c\n";
