@@ -8,7 +8,7 @@
  * script that deletes its value (HANDOFF_SCRIPT), and the waiter finds the
  * round's outcome in the lock table (handoff.c).  A holder on another
  * server hands it over in its plain release, to the offer the waiter left
- * on the nodes (RELEASE_SCRIPT in protocol.c), and the waiter's wake-up
+ * on the nodes (RELEASE_SCRIPT in protocol_release.c), and the waiter's wake-up
  * worker gathers the outcome from the nodes' messages (handoff_remote.c).
  * Either way the waiter settles it with rl_proto_settle(), like an
  * attempt of its own.  A handoff that reaches its waiter later than a
