@@ -19,6 +19,7 @@ OBJS = \
 	src/protocol.o \
 	src/protocol_extend.o \
 	src/protocol_handoff.o \
+	src/protocol_release.o \
 	src/registry.o \
 	src/lifecycle.o \
 	src/lease_sql.o \

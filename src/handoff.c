@@ -74,23 +74,88 @@ rl_handoff_remote_possible(int slot)
 }
 
 /*
+ * Every offer the current wait of this backend left on the nodes (a
+ * backend waits in one lock call at a time), with the nodes it may still
+ * be on, so that none is left behind when the wait ends, however it ends:
+ * a release there would hand it a lock nobody uses.
+ */
+static struct
+{
+	int			n;
+	struct
+	{
+		char		value[RL_OWNER_LEN + 1];
+		uint32		nodes;		/* bit i: it may still be on node i */
+	}			left[RL_WAIT_OFFERS];
+} rl_left;
+
+/* Release value on the nodes in the mask (must-deliver, not awaited). */
+static void
+withdraw_value(const char *key, const char *value, uint32 nodes, bool nothrow)
+{
+	RlReleaseItem item = {key, strlen(key), value};
+	bool		skip[RL_MAX_NODES];
+	RlRequest	req;
+
+	if (nodes == 0)
+		return;
+	for (int i = 0; i < RL_MAX_NODES; i++)
+		skip[i] = (nodes & ((uint32) 1 << i)) == 0;
+	rl_proto_release(&item, 1, false, nothrow, 0, skip, &req);
+}
+
+/* Forget the offers no node can hold any more. */
+static void
+prune_left(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < rl_left.n; i++)
+		if (rl_left.left[i].nodes != 0)
+			rl_left.left[n++] = rl_left.left[i];
+	rl_left.n = n;
+}
+
+/*
  * Before an attempt of a lock call that waits: its value and proposal, and
  * the offer it leaves on the nodes that refuse it (rl_offer_value() of its
- * value).  From here on the wake-up worker gathers what it hears of that
- * offer (handoff_remote.c), and the abort path withdraws it.
+ * value), with the list of the wait's earlier offers, which the attempt
+ * replaces or takes back.  From here on the wake-up worker gathers what it
+ * hears of that offer (handoff_remote.c), and the abort path withdraws it.
  */
 void
-rl_handoff_new_offer(int slot, RlOffer *offer)
+rl_handoff_new_offer(int slot, const char *key, RlOffer *offer)
 {
 	RlSlot	   *s = &rl_table->slots[slot];
+	int			nnodes = rl_nodes_count();
+	char	   *past = offer->past;
 
-	if (offer->owner[0] != '\0')
-		memcpy(offer->prev, offer->owner, RL_OWNER_LEN + 1);
+	if (offer->since_us == 0)
+		rl_left.n = 0;			/* a new wait */
+	if (rl_left.n == RL_WAIT_OFFERS)
+	{
+		/* a node that has not answered for so long gets the oldest now */
+		withdraw_value(key, rl_left.left[0].value, rl_left.left[0].nodes, false);
+		rl_left.left[0].nodes = 0;
+		prune_left();
+	}
+	past[0] = '\0';
+	for (int i = 0; i < rl_left.n; i++)
+	{
+		if (i > 0)
+			*past++ = ' ';
+		past += strlcpy(past, rl_left.left[i].value, RL_OWNER_LEN + 1);
+	}
+
 	rl_proto_new_owner(offer->value);
 	rl_offer_value(offer->owner, offer->value);
 	offer->proposal = rl_proto_new_proposal();
 	offer->since_us = rl_now_us();
 	offer->px_ms = rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
+	strlcpy(rl_left.left[rl_left.n].value, offer->owner, RL_OWNER_LEN + 1);
+	rl_left.left[rl_left.n].nodes = nnodes >= 32 ? ~(uint32) 0 :
+		((uint32) 1 << nnodes) - 1;
+	rl_left.n++;
 
 	/*
 	 * What the worker heard of the previous offer since we last looked is
@@ -100,12 +165,71 @@ rl_handoff_new_offer(int slot, RlOffer *offer)
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->handoff == RL_HANDOFF_NONE);
 	strlcpy(s->remote_owner, offer->owner, sizeof(s->remote_owner));
-	s->remote_px_ms = offer->px_ms;
 	s->remote_proposal = offer->proposal;
 	s->remote_since_us = offer->since_us;
 	s->remote_nodes = rl_nodes_fingerprint();
 	s->remote = RL_REMOTE_NONE;
 	LWLockRelease(rl_table->lock);
+}
+
+/*
+ * Before an attempt of a lock call that waits but is not handed the lease
+ * by holders on other servers (rl_handoff_remote_possible() said no): its
+ * value and proposal, and no offer; it only leaves the marker that makes
+ * a release announce the lock free.
+ */
+void
+rl_handoff_mark_only(RlOffer *offer)
+{
+	memset(offer, 0, sizeof(*offer));
+	rl_proto_new_owner(offer->value);
+	offer->proposal = rl_proto_new_proposal();
+	offer->since_us = rl_now_us();
+	offer->px_ms = rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
+}
+
+/*
+ * The attempt of offer ran (req): a node that answered it holds no earlier
+ * offer of ours any more, nor a lock handed to one; and this offer only
+ * where the node refused the attempt (or did not answer).
+ */
+void
+rl_handoff_attempted(const RlOffer *offer, const RlRequest *req)
+{
+	for (int n = 0; n < req->nnodes; n++)
+	{
+		RlVote		v = req->results[n].vote;
+		uint32		bit = (uint32) 1 << n;
+
+		for (int i = 0; i < rl_left.n; i++)
+		{
+			bool		current = strcmp(rl_left.left[i].value, offer->owner) == 0;
+
+			if ((!current && (v == RL_VOTE_YES || v == RL_VOTE_NO)) ||
+				(current && (v == RL_VOTE_YES || req->results[n].in_backoff)))
+				rl_left.left[i].nodes &= ~bit;
+		}
+	}
+	prune_left();
+}
+
+/*
+ * The wait ended with the lease owner granted: every other offer the wait
+ * left is withdrawn.  The lease's own offer (or, handed over, its value)
+ * stays where a release may still hand it over: the lease's release
+ * removes both there, in whichever order they come (RELEASE_SCRIPT).
+ */
+void
+rl_handoff_wait_end(const char *key, const char *owner)
+{
+	char		offer[RL_OWNER_LEN + 1];
+
+	rl_offer_value(offer, owner);
+	for (int i = 0; i < rl_left.n; i++)
+		if (strcmp(rl_left.left[i].value, offer) != 0)
+			withdraw_value(key, rl_left.left[i].value, rl_left.left[i].nodes,
+						   false);
+	rl_left.n = 0;
 }
 
 /*
@@ -118,10 +242,7 @@ void
 rl_handoff_used(RlOffer *offer, const char *owner)
 {
 	if (strcmp(offer->owner, owner) == 0)
-	{
-		memcpy(offer->prev, offer->owner, RL_OWNER_LEN + 1);
 		offer->owner[0] = '\0';
-	}
 	if (strcmp(offer->local, owner) == 0)
 		offer->local[0] = '\0';
 }
@@ -219,20 +340,16 @@ rl_handoff_withdraw(int slot, RlHandoff *ho, char *owner)
 /*
  * Abort and exit paths, before the waiter's slot is removed: an offer a
  * holder took up may have left our value on the nodes, and our attempts
- * left the offer itself there (the release removes it too).  Raises
- * nothing.
+ * left offers there (their release removes a lock handed to them too).
+ * Raises nothing.
  */
 void
 rl_handoff_abandon(int slot)
 {
 	RlSlot	   *s;
 	RlHandoffState state;
-	RlReleaseItem items[2];
-	int			nitems = 0;
 	char		owner[RL_OWNER_LEN + 1];
-	char		remote[RL_OWNER_LEN + 1];
 	char		key[RL_KEY_MAX + 1];
-	RlRequest	req;
 
 	if (rl_table == NULL || slot < 0)
 		return;
@@ -241,21 +358,17 @@ rl_handoff_abandon(int slot)
 	state = s->handoff;
 	s->handoff = RL_HANDOFF_NONE;
 	strlcpy(owner, s->owner, sizeof(owner));
-	strlcpy(remote, s->remote_owner, sizeof(remote));
 	strlcpy(key, s->key, sizeof(key));
 	s->remote_owner[0] = '\0';
 	LWLockRelease(rl_table->lock);
 	if (state == RL_HANDOFF_RUNNING || state == RL_HANDOFF_DONE)
-		items[nitems++].owner = owner;
-	if (remote[0] != '\0' && (nitems == 0 || strcmp(remote, owner) != 0))
-		items[nitems++].owner = remote;
-	for (int i = 0; i < nitems; i++)
-	{
-		items[i].key = key;
-		items[i].keylen = strlen(key);
-	}
-	if (nitems > 0)
-		rl_proto_release(items, nitems, false, true, 0, NULL, &req);
+		withdraw_value(key, owner, ~(uint32) 0, true);
+	for (int i = 0; i < rl_left.n; i++)
+		if (state == RL_HANDOFF_NONE || state == RL_HANDOFF_OFFERED ||
+			strcmp(rl_left.left[i].value, owner) != 0)
+			withdraw_value(key, rl_left.left[i].value, rl_left.left[i].nodes,
+						   true);
+	rl_left.n = 0;
 }
 
 /* ---------- the releasing holder ---------- */
@@ -339,10 +452,12 @@ finish(const RlHandoff *ho, bool release_if_gone)
  * answered may still run it after the waiter has moved on (given up, or
  * released on its own connections, which can overtake ours).  So every
  * node that did not answer gets, on our connections and so after the
- * handoff, a must-deliver release of ours; and of the waiter's value too,
- * where that cannot take a grant away: on nodes that failed (they do not
- * count for the grant), and everywhere the round did not win.  A node the
- * round did not ask (in backoff) keeps a release of ours.
+ * handoff, a must-deliver release of ours and of the waiter's value: the
+ * waiter's grant counts only the nodes that answered yes, so this takes
+ * nothing from it, and the lease is exactly what the grant counted (left
+ * there, the waiter's value could outlive the lease's release, which may
+ * overtake our handoff command).  A node the round did not ask (in
+ * backoff) keeps a release of ours.
  */
 void
 rl_handoff_run(const RlReleaseItem *ours, const char *resource, bool nothrow,
@@ -354,13 +469,11 @@ rl_handoff_run(const RlReleaseItem *ours, const char *resource, bool nothrow,
 	bool		skip_ours[RL_MAX_NODES];
 	bool		any_both = false;
 	bool		any_ours = false;
-	bool		won;
 	RlRequest	rel;
 
 	Assert(rl_handing.active);
 	rl_proto_handoff(ours, resource, rl_handing.owner, rl_handing.ttl_ms,
 					 nothrow, deadline_us, &ho, req);
-	won = req->decision == RL_WON;
 	both[0] = *ours;
 	both[1].key = ours->key;
 	both[1].keylen = ours->keylen;
@@ -373,7 +486,7 @@ rl_handoff_run(const RlReleaseItem *ours, const char *resource, bool nothrow,
 		bool		asked = exists && !req->results[i].in_backoff;
 		RlVote		v = exists ? req->results[i].vote : RL_VOTE_NO;
 		bool		open = asked && (v == RL_VOTE_PENDING || v == RL_VOTE_FAILED);
-		bool		both_here = open && (!won || v == RL_VOTE_FAILED);
+		bool		both_here = open;
 
 		/* a node not asked keeps our release until it can take it */
 		skip_both[i] = !both_here;

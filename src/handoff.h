@@ -21,7 +21,10 @@ typedef enum RlHandoffOutcome
 
 /* the waiter */
 extern bool rl_handoff_remote_possible(int slot);
-extern void rl_handoff_new_offer(int slot, RlOffer *offer);
+extern void rl_handoff_new_offer(int slot, const char *key, RlOffer *offer);
+extern void rl_handoff_mark_only(RlOffer *offer);
+extern void rl_handoff_attempted(const RlOffer *offer, const RlRequest *req);
+extern void rl_handoff_wait_end(const char *key, const char *owner);
 extern void rl_handoff_used(RlOffer *offer, const char *owner);
 extern void rl_handoff_offer(int slot, int ttl_ms, RlOffer *offer);
 extern RlHandoffOutcome rl_handoff_withdraw(int slot, RlHandoff *ho,
@@ -39,7 +42,7 @@ extern void rl_handoff_abort(void);
 extern void rl_handoff_remote_nodes(uint64_t nodes);
 extern void rl_handoff_remote_heard(int node, const char *key,
 									const char *owner, int64 counter,
-									int64 elapsed_us, uint32 free_nodes,
+									uint32 free_nodes,
 									int64_t free_since_us);
 extern long rl_handoff_remote_due(void);
 

@@ -5,8 +5,8 @@
  *	  gathering the nodes' word on it for the waiter.
  *
  * A release on another server that finds our waiter's offer on a node
- * takes the lock there for the waiter and publishes "value counter
- * elapsed" (protocol.c, RELEASE_SCRIPT); one that finds no offer, or
+ * takes the lock there for the waiter and publishes "value counter"
+ * (protocol_release.c, RELEASE_SCRIPT); one that finds no offer, or
  * another waiter's, publishes that instead.  The worker, subscribed to the
  * key, passes each message here.  The first one naming the offer a waiting
  * slot's last attempt left (asleep or not: the release may come while the
@@ -17,10 +17,12 @@
  * goes to the waiter (done, its latch set), which settles it as its own
  * attempt (protocol_handoff.c).
  *
- * The lease's validity counts from when the waiter's attempt left the
- * offer, plus the time the node says passed before it took the lock (by
- * the node's clock, less the drift allowance): never later than the lock
- * was set on the node.
+ * The lease's validity counts from when the waiter's attempt that left the
+ * offer began, by the waiter's own clock: no release can have set the lock
+ * for the offer before the offer was there.  No node's clock is trusted (a
+ * node whose clock steps forward would stretch the validity); a handoff
+ * heard late is confirmed on the nodes before it is granted
+ * (protocol_handoff.c), which also counts its validity afresh.
  *
  *-------------------------------------------------------------------------
  */
@@ -61,22 +63,20 @@ rl_remote_done(RlSlot *s)
 	for (int i = 0; i < ho->nnodes; i++)
 		if (ho->votes[i] == RL_VOTE_PENDING)
 			ho->votes[i] = RL_VOTE_FAILED;
-	if (ho->start_us == INT64_MAX)
-		ho->start_us = s->remote_since_us;
 	s->remote = RL_REMOTE_DONE;
 	return s->procno;
 }
 
 /*
- * Node node says that key was released and handed to owner (with counter
- * and elapsed_us), or left free (owner NULL).  free_nodes: the nodes that
+ * Node node says that key was released and handed to owner (with the
+ * counter before), or left free (owner NULL).  free_nodes: the nodes that
  * said the key was left free, since free_since_us (messages from the nodes
  * come in any order, and those before the first word of a handoff to us
  * would be lost).
  */
 void
 rl_handoff_remote_heard(int node, const char *key, const char *owner,
-						int64 counter, int64 elapsed_us, uint32 free_nodes,
+						int64 counter, uint32 free_nodes,
 						int64_t free_since_us)
 {
 	int			wake[RL_WAKE_MAX];
@@ -88,7 +88,6 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 	if (rl_table == NULL || node < 0 || node >= nnodes ||
 		(owner == NULL && !rl_collecting))
 		return;					/* a free lock concerns no collection */
-	elapsed_us = Max(elapsed_us, 0);
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < rl_table->nslots && nwake < RL_WAKE_MAX; i++)
 	{
@@ -107,7 +106,7 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 			/* the first word of a handoff to this offer */
 			memset(ho, 0, sizeof(*ho));
 			ho->proposal = s->remote_proposal;
-			ho->start_us = INT64_MAX;
+			ho->start_us = s->remote_since_us;
 			ho->nnodes = nnodes;
 			for (int n = 0; n < nnodes; n++)
 				ho->votes[n] = RL_VOTE_PENDING;
@@ -125,14 +124,8 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 			continue;
 		if (ours)
 		{
-			/* a node's clock stepped forward: no longer than the offer lives */
-			int64		e = Min(elapsed_us, (int64) s->remote_px_ms * 1000);
-			int64_t		set_after = s->remote_since_us + e -
-				(int64_t) (e * rl_drift_factor);
-
 			ho->votes[node] = RL_VOTE_YES;
 			ho->counters[node] = counter;
-			ho->start_us = Min(ho->start_us, set_after);
 		}
 		else
 			ho->votes[node] = RL_VOTE_NO;

@@ -289,8 +289,20 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 		/* a lock call that waits leaves its offer where it is refused */
 		if (!try_only && wait_ms != 0 && rl_handoff_remote_possible(slot))
 		{
-			rl_handoff_new_offer(slot, &waiter.offer);
+			rl_handoff_new_offer(slot, key, &waiter.offer);
 			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &waiter.offer,
+								 &grant, &req);
+			rl_handoff_attempted(&waiter.offer, &req);
+			if (r == RL_ATTEMPT_GRANTED)
+				rl_handoff_wait_end(key, grant.owner);
+		}
+		else if (!try_only && wait_ms != 0 && slot >= 0)
+		{
+			/* still asks a release to announce the lock free */
+			RlOffer		mark;
+
+			rl_handoff_mark_only(&mark);
+			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &mark,
 								 &grant, &req);
 		}
 		else

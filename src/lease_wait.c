@@ -129,5 +129,7 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 	granted = rl_proto_take_handoff(w->resource, w->key, w->keylen, w->ttl_ms,
 									owner, &ho, grant, &req) == RL_ATTEMPT_GRANTED;
 	rl_handoff_used(&w->offer, owner);
+	if (granted)
+		rl_handoff_wait_end(w->key, owner);
 	return granted;
 }

@@ -83,7 +83,6 @@ typedef struct RlSlot
 	char		remote_owner[RL_OWNER_LEN + 1];	/* "" for none */
 	int64		remote_proposal;
 	int64_t		remote_since_us;	/* before that attempt was sent */
-	int			remote_px_ms;	/* its life on a node */
 	uint64_t	remote_nodes;	/* its rl_nodes_fingerprint() */
 	RlRemoteState remote;
 	RlHandoff	remote_result;

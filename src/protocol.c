@@ -13,18 +13,17 @@
  * (quorum.c); in the uncommon case that our proposal was not above every
  * counter, a second round writes the chosen token back to a majority.
  *
- * Releases are owner-checked and must-deliver: a node that cannot take one
- * now gets it when it can.  One release command carries up to
- * RL_RELEASE_CHUNK leases, so a commit that ends hundreds of leases is one
- * round trip.  A release that finds a waiter of this server asleep hands
- * the lock to it in the same script (handoff.c, protocol_handoff.c).
+ * Releases (protocol_release.c) are owner-checked and must-deliver.  A
+ * release that finds a waiter of this server asleep hands the lock to it
+ * in the same script (handoff.c, protocol_handoff.c).
  *
  * A waiter on another server is handed the lock by the release script
  * itself: the waiter's refused attempt leaves its offer (a fresh lock value
  * W, its TTL and token proposal) in a hash beside the lock,
- * "<prefix>wait:<resource>", on every node that refused it; a release that
- * finds an offer sets W in the same script, exactly as an acquire would,
- * and publishes "W counter elapsed" instead of announcing a free lock.  The
+ * "<prefix>wait:<resource>", and a marker "<prefix>wake:<resource>", on
+ * every node that refused it; a release (protocol_release.c) that finds
+ * the marker and an offer sets W in the same script, exactly as an acquire
+ * would, and publishes "W counter" instead of announcing a free lock.  The
  * waiter's wake-up worker collects those messages (handoff_remote.c) and
  * the waiter settles them as its own attempt.
  *
@@ -59,37 +58,55 @@ static const char ACQUIRE_SCRIPT[] =
 "return c\n";
 
 /*
- * ACQUIRE_SCRIPT for a lock call that waits, with the name of its offer
- * hash in ARGV[7]: where the lock is held, leave the offer (value ARGV[4],
- * the TTL, the proposal, the counter's name and the node's time) unless
- * another waiter's is there; ARGV[6] is its lifetime.  ARGV[5] is the
- * value of our previous offer, or '': it is replaced, and a lock a release
- * handed to it after we stopped listening is taken back for this attempt.
- * The offer hash is not a declared key, and its commands are pcall'd: a
- * Redis user whose ACL lacks them, or the key pattern, still locks (and
- * its waiters are woken as before).
+ * ACQUIRE_SCRIPT for a lock call that waits, with the names of its
+ * waiters' marker in ARGV[8] and of its offer hash in ARGV[7]: where the
+ * lock is held, leave the marker (so that its release announces it,
+ * RELEASE_SCRIPT) and the offer (value ARGV[4], the TTL, the proposal and
+ * the counter's name) unless another waiter's is there or ARGV[4] is ''
+ * (a waiter that is not handed the lock over); ARGV[6] is their lifetime
+ * (the marker's is never shortened).  ARGV[5] lists, separated by
+ * spaces, the values of every earlier offer of the same wait that may
+ * still be on a node (handoff.c, rl_handoff_new_offer): one of them is
+ * replaced, and a lock a release handed to one of them after we stopped
+ * listening is taken back for this attempt.  The first attempt of a wait
+ * (none earlier), when granted, costs nothing more than ACQUIRE_SCRIPT.
+ * The offer hash is not a declared key, and its
+ * commands are pcall'd: a Redis user whose ACL lacks them, or the key
+ * pattern, still locks (and its waiters are woken as before).
  */
 static const char ACQUIRE_WAITING_SCRIPT[] =
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
-"local prev = ARGV[5]\n"
+"local ours = ' ' .. ARGV[5] .. ' '\n"
 "local o = ARGV[7]\n"
-"if prev ~= '' and redis.call('GET', KEYS[1]) == prev then\n"
-"  redis.call('DEL', KEYS[1])\n"
+"if ARGV[5] ~= '' then\n"
+"  local cur = redis.call('GET', KEYS[1])\n"
+"  if cur and string.find(ours, ' ' .. cur .. ' ', 1, true) then\n"
+"    redis.call('DEL', KEYS[1])\n"
+"  end\n"
 "end\n"
 "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-"  local w = redis.pcall('HGET', o, 'v')\n"
-"  local t = redis.pcall('TIME')\n"
-"  if (not w or w == prev) and t[2] then\n"
-"    redis.pcall('HSET', o, 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
-"                'c', KEYS[2], 's', t[1], 'u', t[2])\n"
-"    if type(redis.pcall('PEXPIRE', o, ARGV[6])) == 'table' then\n"
-"      redis.pcall('DEL', o)\n"
+"  local t = redis.pcall('PTTL', ARGV[8])\n"
+"  if type(t) ~= 'number' or t < tonumber(ARGV[6]) then\n"
+"    redis.pcall('SET', ARGV[8], '1', 'PX', ARGV[6])\n"
+"  end\n"
+"  if ARGV[4] ~= '' then\n"
+"    local w = redis.pcall('HGET', o, 'v')\n"
+"    if not w or (type(w) == 'string' and\n"
+"                 string.find(ours, ' ' .. w .. ' ', 1, true)) then\n"
+"      redis.pcall('HSET', o, 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
+"                  'c', KEYS[2])\n"
+"      if type(redis.pcall('PEXPIRE', o, ARGV[6])) == 'table' then\n"
+"        redis.pcall('DEL', o)\n"
+"      end\n"
 "    end\n"
 "  end\n"
 "  return false\n"
 "end\n"
-"if prev ~= '' and redis.pcall('HGET', o, 'v') == prev then\n"
-"  redis.pcall('DEL', o)\n"
+"if ARGV[5] ~= '' then\n"
+"  local w = redis.pcall('HGET', o, 'v')\n"
+"  if type(w) == 'string' and string.find(ours, ' ' .. w .. ' ', 1, true) then\n"
+"    redis.pcall('DEL', o)\n"
+"  end\n"
 "end\n"
 "local p = ARGV[3]\n"
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
@@ -101,68 +118,6 @@ static const char WRITEBACK_SCRIPT[] =
 "local t = ARGV[2]\n"
 "if #t > #c or (#t == #c and t > c) then redis.call('SET', KEYS[2], t) end\n"
 "return 1\n";
-
-/*
- * KEYS[i] is released when it holds ARGV[i], or the offer value of the
- * attempt that took it (rl_offer_value(): 'w' for its first character),
- * which a release may have set on a node the attempt did not need; returns
- * how many were.  ARGV[#KEYS + 1] is the key prefix, which names each
- * lock's offer hash.  Offers of either value are removed.  A released lock
- * with a waiter's offer (ACQUIRE_WAITING_SCRIPT) is taken for that waiter
- * as its acquire would, and "value counter elapsed" is published (elapsed:
- * microseconds since the offer was left, by the node's clock); a lock left
- * free is announced with an empty message.  Either way on the key's
- * channel, which the wake-up workers of other servers subscribe to.  The
- * offer's commands and PUBLISH are pcall'd, so a Redis user whose ACL
- * lacks them still releases (its waiters then poll); a node whose TIME
- * cannot be read says elapsed 0 (the earliest the lock can have been set).
- */
-static const char RELEASE_SCRIPT[] =
-"local pre = ARGV[#KEYS + 1]\n"
-"local n = 0\n"
-"for i = 1, #KEYS do\n"
-"  local k = KEYS[i]\n"
-"  local v = ARGV[i]\n"
-"  local w = 'w' .. string.sub(v, 2)\n"
-"  local o = nil\n"
-"  if string.sub(k, 1, #pre + 5) == pre .. 'lock:' then\n"
-"    o = pre .. 'wait:' .. string.sub(k, #pre + 6)\n"
-"    local ov = redis.pcall('HGET', o, 'v')\n"
-"    if ov == v or ov == w then redis.pcall('DEL', o) end\n"
-"  end\n"
-"  local cur = redis.call('GET', k)\n"
-"  if cur == v or cur == w then\n"
-"    n = n + redis.call('DEL', k)\n"
-"    local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c', 's', 'u')\n"
-"    if f and f[1] and f[2] and f[3] and f[4] and f[5] and f[6] then\n"
-"      redis.pcall('DEL', o)\n"
-"      redis.call('SET', k, f[1], 'PX', f[2])\n"
-"      local c = redis.call('GET', f[4]) or '0'\n"
-"      local p = f[3]\n"
-"      if #p > #c or (#p == #c and p > c) then redis.call('SET', f[4], p) end\n"
-"      local t = redis.pcall('TIME')\n"
-"      local us = 0\n"
-"      if t[2] then us = (t[1] - f[5]) * 1000000 + (t[2] - f[6]) end\n"
-"      redis.pcall('PUBLISH', k, f[1] .. ' ' .. c .. ' ' .. string.format('%d', us))\n"
-"    else\n"
-"      redis.pcall('PUBLISH', k, '')\n"
-"    end\n"
-"  end\n"
-"end\n"
-"return n\n";
-
-/*
- * The withdrawal of an attempt that was refused: RELEASE_SCRIPT for one
- * key, announcing nothing.  The lock was never ours on a majority, so
- * nobody waits for it to go; a publish would wake every waiter, ours
- * included, only to be refused again by the holder.  Its offer stays: the
- * caller still waits.
- */
-static const char WITHDRAW_SCRIPT[] =
-"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-"  return redis.call('DEL', KEYS[1])\n"
-"end\n"
-"return 0\n";
 
 int64		rl_last_token = 0;
 
@@ -307,109 +262,6 @@ rl_proto_lock_call(const char **argv, size_t *argvlen, const char *script,
 	argvlen[5] = strlen(owner);
 }
 
-/*
- * When a no-throw bulk release must stop waiting: one connect attempt and
- * one answer per node, whatever the number of leases.
- */
-int64_t
-rl_proto_release_deadline(void)
-{
-	return rl_now_us() +
-		((int64_t) rl_connect_timeout_ms + rl_node_timeout_ms) * 1000;
-}
-
-/*
- * Release up to RL_RELEASE_CHUNK leases with one command per node (skip:
- * NULL, or the nodes not to send it to).  With
- * wait, returns when a majority answered (or cannot); replies come back in
- * order on each connection, so that also confirms every release sent before
- * it.  The command is must-deliver either way.
- */
-void
-rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
-				 bool nothrow, int64_t deadline_us, const bool *skip,
-				 RlRequest *req)
-{
-	const char *argv[4 + 2 * RL_RELEASE_CHUNK];
-	size_t		argvlen[4 + 2 * RL_RELEASE_CHUNK];
-	char		numkeys[16];
-
-	Assert(nitems > 0 && nitems <= RL_RELEASE_CHUNK);
-	snprintf(numkeys, sizeof(numkeys), "%d", nitems);
-	rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT, sizeof(RELEASE_SCRIPT) - 1, numkeys);
-	for (int i = 0; i < nitems; i++)
-	{
-		argv[3 + i] = items[i].key;
-		argvlen[3 + i] = items[i].keylen;
-		argv[3 + nitems + i] = items[i].owner;
-		argvlen[3 + nitems + i] = strlen(items[i].owner);
-	}
-	argv[3 + 2 * nitems] = rl_key_prefix;
-	argvlen[3 + 2 * nitems] = strlen(rl_key_prefix);
-
-	rl_proto_request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 4 + 2 * nitems,
-						  argv, argvlen);
-	req->nothrow = nothrow;
-	req->must_deliver = true;
-	req->deadline_us = deadline_us;
-	if (skip != NULL)
-		memcpy(req->skip, skip, sizeof(req->skip));
-	if (wait)
-		rl_nodes_run(req);
-	else
-		rl_nodes_send(req);
-	req->argv = NULL;			/* argv was on our stack */
-	req->argvlen = NULL;
-}
-
-/*
- * Release one lock value without waiting (an interrupted attempt, a value
- * set for a waiter that left).  Must-deliver, announced.
- */
-void
-rl_proto_release_one(const char *key, int keylen, const char *owner,
-					 bool nothrow)
-{
-	RlReleaseItem item = {key, keylen, owner};
-	RlRequest	req;
-
-	rl_proto_release(&item, 1, false, nothrow, 0, NULL, &req);
-}
-
-/*
- * Withdraw an attempt that was not granted, without waiting: on every node
- * but those that refused it or were not asked (nothing of ours was set
- * there), including the ones that did not answer.  Must-deliver, like a
- * release.  Announced (published) only when the lock was held on a
- * majority meanwhile, or when the attempt was a handoff (whose release of
- * the previous holder announced nothing): then someone may wait for it.
- */
-static void
-withdraw_attempt(const char *key, int keylen, const char *owner,
-				 const bool *skip, bool announce)
-{
-	const char *argv[6];
-	size_t		argvlen[6];
-	RlRequest	req;
-
-	if (announce)
-		rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT,
-							 sizeof(RELEASE_SCRIPT) - 1, "1");
-	else
-		rl_proto_eval_header(argv, argvlen, WITHDRAW_SCRIPT,
-							 sizeof(WITHDRAW_SCRIPT) - 1, "1");
-	argv[3] = key;
-	argvlen[3] = keylen;
-	argv[4] = owner;
-	argvlen[4] = strlen(owner);
-	argv[5] = rl_key_prefix;	/* RELEASE_SCRIPT's; WITHDRAW_SCRIPT ignores it */
-	argvlen[5] = strlen(rl_key_prefix);
-	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 6, argv, argvlen);
-	req.must_deliver = true;
-	memcpy(req.skip, skip, sizeof(req.skip));
-	rl_nodes_send(&req);
-}
-
 /* From here on an error must not leave the lease of owner behind. */
 void
 rl_proto_set_in_flight(const char *key, int keylen, const char *owner)
@@ -507,7 +359,7 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	return RL_ATTEMPT_GRANTED;
 
 failed:
-	withdraw_attempt(key, keylen, grant->owner, unset, announce);
+	rl_proto_withdraw_attempt(key, keylen, grant->owner, unset, announce);
 	rl_in_flight.active = false;
 	return result;
 }
@@ -517,7 +369,8 @@ failed:
  * everything this attempt may have set is released, and req_out describes
  * what each node said.  offer: NULL, or the standing offer of a lock call
  * that waits (rl_handoff_new_offer: the attempt's value and proposal, and
- * the offer's value), which is left where the lock is held
+ * the offer's value, or "" for a waiter that only asks to be woken:
+ * rl_handoff_mark_only), which is left where the lock is held
  * (ACQUIRE_WAITING_SCRIPT); a holder on another server then hands the lock
  * over in its release.  A lock held by the offer's value on a node our
  * lease did not need is ours: our release removes it (RELEASE_SCRIPT).
@@ -527,10 +380,11 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 				 int ttl_ms, RlOffer *offer, RlGrant *grant,
 				 RlRequest *req_out)
 {
-	const char *argv[12];
-	size_t		argvlen[12];
+	const char *argv[13];
+	size_t		argvlen[13];
 	char		ckey[RL_KEY_MAX + 1];
 	char		okey[RL_KEY_MAX + 1];
+	char		mkey[RL_KEY_MAX + 1];
 	char		ttl_buf[16];
 	char		proposal_buf[24];
 	char		px_buf[16];
@@ -557,18 +411,24 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	argvlen[7] = rl_format_counter(proposal, proposal_buf);
 	if (offer != NULL)
 	{
-		/* ARGV: ours, TTL, proposal, the offer's value, prev, life, name */
+		/*
+		 * ARGV: ours, TTL, proposal, the offer's value (or ''), earlier,
+		 * life, the offer's and the marker's names
+		 */
 		argv[1] = ACQUIRE_WAITING_SCRIPT;
 		argvlen[1] = sizeof(ACQUIRE_WAITING_SCRIPT) - 1;
 		argv[8] = offer->owner;
 		argvlen[8] = strlen(offer->owner);
-		argv[9] = offer->prev;
-		argvlen[9] = strlen(offer->prev);
+		argv[9] = offer->past;
+		argvlen[9] = strlen(offer->past);
 		argv[10] = px_buf;
 		argvlen[10] = snprintf(px_buf, sizeof(px_buf), "%d", offer->px_ms);
 		argv[11] = okey;
 		argvlen[11] = rl_offer_key(okey, resource);
-		argc = 12;
+		argv[12] = mkey;
+		argvlen[12] = snprintf(mkey, sizeof(mkey), "%swake:%s", rl_key_prefix,
+							   resource);
+		argc = 13;
 	}
 	rl_proto_request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, argc,
 						  argv, argvlen);

@@ -14,6 +14,7 @@
 
 #define RL_RELEASE_CHUNK	256 /* leases released by one command */
 #define RL_EXTEND_CHUNK		RL_MAX_ITEMS	/* leases extended by one command */
+#define RL_WAIT_OFFERS		16	/* earlier offers of a wait remembered */
 
 typedef enum RlAttempt
 {
@@ -51,7 +52,9 @@ typedef struct RlOffer
 	char		owner[RL_OWNER_LEN + 1];	/* the offer's on the nodes:
 											 * rl_offer_value() of it, or "" */
 	char		local[RL_OWNER_LEN + 1];	/* offered without: fresh, or "" */
-	char		prev[RL_OWNER_LEN + 1];	/* the offer before, or "" */
+	char		past[RL_WAIT_OFFERS * (RL_OWNER_LEN + 1)];	/* earlier offers
+													 * that may still be on a
+													 * node, space-separated */
 	int64		proposal;		/* the token proposed for both */
 	int64_t		since_us;		/* taken before the attempt was sent */
 	int			px_ms;			/* how long it stays on a node */

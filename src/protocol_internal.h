@@ -26,6 +26,9 @@ extern RlAttempt rl_proto_settle(const char *resource, const char *key,
 								 int keylen, int ttl_ms, int64 proposal,
 								 int64_t start_us, bool handed,
 								 RlGrant *grant, RlRequest *req);
+extern void rl_proto_withdraw_attempt(const char *key, int keylen,
+									  const char *owner, const bool *skip,
+									  bool announce);
 extern void rl_proto_eval_header(const char **argv, size_t *argvlen,
 								 const char *script, size_t scriptlen,
 								 const char *numkeys);

@@ -149,6 +149,22 @@ rl_propose_token(int64_t wall_clock_us, int64_t last_token)
 }
 
 /*
+ * May a lock handed over to a waiter be granted on what the releasing
+ * round said, with the counters it read?  Only while that is as fresh as a
+ * plain acquire's own round: at most round_us (one node_timeout) since the
+ * earliest moment the lock can have been set (set_after_us, by the
+ * waiter's clock).  Later, the lock may have expired meanwhile on a node
+ * whose clock ran ahead, and another grant have raised the counter there
+ * above the token the round would give: the waiter must first confirm on
+ * the nodes that the lock is still its own, and read their counters now.
+ */
+bool
+rl_handoff_fresh(int64_t set_after_us, int64_t now_us, int64_t round_us)
+{
+	return now_us - set_after_us <= round_us;
+}
+
+/*
  * Given the counters the granting nodes had before this grant, choose the
  * token.  Returns true when the proposal stands: it was strictly greater than
  * every counter, and the acquire script has already raised each granting

@@ -79,6 +79,8 @@ extern int64_t rl_validity_us(int64_t ttl_ms, int64_t elapsed_us,
 extern int64_t rl_propose_token(int64_t wall_clock_us, int64_t last_token);
 extern bool rl_choose_token(int64_t proposal, const int64_t *counters,
 							int ncounters, int64_t *token);
+extern bool rl_handoff_fresh(int64_t set_after_us, int64_t now_us,
+							 int64_t round_us);
 
 extern bool rl_parse_counter(const char *s, size_t len, int64_t *value);
 extern int	rl_format_counter(int64_t value, char *buf);

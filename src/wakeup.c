@@ -122,7 +122,7 @@ forget_all(HTAB *notes)
 
 /*
  * A message on a lock key's channel: empty for a release that left the lock
- * free, "value counter elapsed" for one that handed it to the waiter whose
+ * free, "value counter" for one that handed it to the waiter whose
  * offer was on the node (protocol.c).  The lock is not free then: only the
  * waiter named hears of it (handoff_remote.c).
  */
@@ -132,13 +132,12 @@ on_message(int node, const char *key, const char *payload, size_t len)
 	char		text[RL_OWNER_LEN + 64];
 	char		owner[RL_OWNER_LEN + 1];
 	long long	counter;
-	long long	elapsed_us;
 	RlKeyNote  *freed;
 
 	if (len == 0)
 	{
 		note_node(rl_heard, node, key);
-		rl_handoff_remote_heard(node, key, NULL, 0, 0, 0, 0);
+		rl_handoff_remote_heard(node, key, NULL, 0, 0, 0);
 		return;
 	}
 	StaticAssertStmt(RL_OWNER_LEN == 80, "the sscanf() width below");
@@ -147,8 +146,8 @@ on_message(int node, const char *key, const char *payload, size_t len)
 	memcpy(text, payload, len);
 	text[len] = '\0';
 	freed = hash_search(rl_heard, key, HASH_FIND, NULL);
-	if (sscanf(text, "%80s %lld %lld", owner, &counter, &elapsed_us) == 3)
-		rl_handoff_remote_heard(node, key, owner, counter, elapsed_us,
+	if (sscanf(text, "%80s %lld", owner, &counter) == 2)
+		rl_handoff_remote_heard(node, key, owner, counter,
 								freed ? freed->nodes : 0,
 								freed ? freed->since_us : 0);
 }

@@ -827,6 +827,42 @@ test_choose_token(void)
 	CLEARCTX();
 }
 
+/* ---------- 5b. a handed-over lock: granted on its round, or confirmed ---------- */
+
+static void
+test_handoff_fresh(void)
+{
+	int64_t		round = 50000;	/* node_timeout 50 ms */
+
+	/* within one round of the offer: as fresh as a plain acquire's replies */
+	CHECK(rl_handoff_fresh(1000000, 1000000, round));
+	CHECK(rl_handoff_fresh(1000000, 1050000, round));
+	CHECK(!rl_handoff_fresh(1000000, 1050001, round));
+	/* a waiter's clock cannot run backwards, but never trust it to */
+	CHECK(rl_handoff_fresh(1000000, 900000, round));
+
+	/*
+	 * The model's trace: the offer left at t = 0 (proposal 10), a release
+	 * hands the lock over at 2 s (counters 5), the waiter settles at 9 s.
+	 * Meanwhile the lock expired on a node whose clock ran ahead, and
+	 * another client was granted token 70 there.  Granting 10 on the
+	 * round's counters would go below the node's counter now: the rule
+	 * sends the waiter to the nodes first.
+	 */
+	{
+		int64_t		counters_at_release[2] = {5, 5};
+		int64_t		counters_now[2] = {70, 10};
+		int64_t		token;
+
+		CHECK(rl_choose_token(10, counters_at_release, 2, &token));
+		CHECK_I64(token, ==, 10);	/* what a stale grant would say */
+		CHECK(!rl_handoff_fresh(0, 9000000, round));
+		/* the confirming round reads the counters now: above 70 */
+		CHECK(!rl_choose_token(10, counters_now, 2, &token));
+		CHECK_I64(token, ==, 71);
+	}
+}
+
 /* ---------- 6. the adversarial node model ---------- */
 
 #define SIM_MAXN	7
@@ -1579,6 +1615,7 @@ main(void)
 	test_parse_counter();
 	test_propose_token();
 	test_choose_token();
+	test_handoff_fresh();
 
 	test_issue_sequence();
 	test_random(5, 1, 200000);
