@@ -94,9 +94,16 @@ sub new
 	die "FakeRedis: fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		# the child must never run the test's END blocks
+		# the child must never run the test's END blocks.  serve() never
+		# returns; if it dies, the reason goes to a file that died() reads:
+		# a broken mode must not pass for a dead port
 		eval { serve($listen, $mode, $log, \%link); };
-		POSIX::_exit(0);
+		if (open my $fh, '>', "$log.died")
+		{
+			print $fh $@ || 'serve() returned';
+			close $fh;
+		}
+		POSIX::_exit(1);
 	}
 	close $listen;
 	my $self = bless { port => $port, mode => $mode, pid => $pid, log => $log },
@@ -108,6 +115,17 @@ sub new
 sub port { return $_[0]->{port}; }
 sub addr { return "127.0.0.1:$_[0]->{port}"; }
 sub mode { return $_[0]->{mode}; }
+
+# why the fake server died ('' while it runs, or once stopped by stop())
+sub died
+{
+	my ($self) = @_;
+	open my $fh, '<', "$self->{log}.died" or return '';
+	local $/;
+	my $why = <$fh>;
+	close $fh;
+	return $why eq '' ? 'died' : $why;
+}
 
 # the requests received so far, one line each
 sub requests
