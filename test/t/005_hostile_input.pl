@@ -12,17 +12,12 @@ use Encode qw(encode);
 use Time::HiRes ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
-
-my $pg = PostgreSQL::Test::Cluster->new('input');
-$pg->init;
-$pg->append_conf('postgresql.conf', "redlock.nodes = '$nodes'\n");
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my @redis = redis_nodes(3);
+my $nodes = node_list(@redis);
+my $pg = redlock_cluster('input', nodes => \@redis);
 
 sub hex_of { return unpack('H*', $_[0]); }
 sub sql_text { return "convert_from('\\x" . hex_of($_[0]) . "'::bytea, 'UTF8')"; }
@@ -242,7 +237,9 @@ for my $case ([ 'redlock.node_timeout', '0' ], [ 'redlock.nodes', 'nonsense' ],
 {
 	my ($rc, $o, $e) = $pg->psql('postgres',
 		"LOAD 'redlock'; ALTER SYSTEM SET $case->[0] = '$case->[1]'");
-	isnt($rc, 0, "ALTER SYSTEM refuses $case->[0] = '$case->[1]'");
+	# refused by the setting's own check, not for any other reason
+	like($e, qr/ERROR:  (invalid value for parameter|.* is outside the valid range for parameter) "\Q$case->[0]\E"/,
+		"ALTER SYSTEM refuses $case->[0] = '$case->[1]' as an invalid value");
 }
 is(slurp_file($pg->data_dir . '/postgresql.auto.conf') =~ /redlock/ ? 'written' : 'clean',
 	'clean', 'postgresql.auto.conf was left alone');

@@ -202,7 +202,10 @@ $k->query_safe('RESET redlock.keep_alive_limit');
 ok(no_keys('ka:limit', @redis), 'past keep_alive_limit the worker let it expire on the nodes');
 is($k->query_safe("SELECT validity_ms FROM redlock_leases WHERE resource = 'ka:limit'"), '0',
 	'and its holder sees it expired');
-$k->query_safe("SELECT redlock_unlock('ka:limit')");
+$k->query("SELECT redlock_unlock('ka:limit')");
+like($k->{stderr}, qr/lease on "ka:limit" had expired before it was released/,
+	'its unlock warns that it had expired');
+$k->{stderr} = '';
 
 # the worker restarts (after 1 s) and goes on: a lease whose TTL outlasts
 # the restart is still kept, by the new worker
