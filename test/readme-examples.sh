@@ -5,7 +5,7 @@
 # fresh cluster by test/readme-install.sh).  A ```text block that follows a
 # sql block (only blank lines between them) is that block's output, as psql
 # prints it (aligned, with -q; trailing blanks aside): the output must be
-# exactly that.  Runs
+# exactly that.  Also: the README's list of TAP tests is test/t's.  Runs
 # against the cluster that PGHOST, PGPORT and PGUSER name
 # (test/pg-cluster.sh), whose redlock.nodes points at live nodes.
 set -euo pipefail
@@ -46,6 +46,14 @@ awk -v dir="$work" '
 ' "$work/actual"
 
 failed=0
+# the Tests section lists every TAP test of test/t, and no other
+listed=$(grep -o '^  - `[0-9][0-9][0-9]_[a-z0-9_]*\.pl`' "$top/README.md" | tr -d ' `-' | sort)
+present=$(cd "$top/test/t" && ls -- *.pl | sort)
+if [ "$listed" != "$present" ]; then
+	echo "README's list of TAP tests differs from test/t (--- README, +++ test/t):" >&2
+	diff -u <(echo "$listed") <(echo "$present") >&2 || true
+	failed=1
+fi
 for exp in "$work"/expected.*; do
 	[ -e "$exp" ] || continue
 	n=${exp##*.}

@@ -196,5 +196,17 @@ $pg->safe_psql('upd', 'CREATE ROLE bounds_reader LOGIN');
 is($pg->safe_psql('upd', 'SET ROLE bounds_reader; SELECT count(*) FROM redlock_stats_info'),
 	'1', 'and any role can read it');
 
+# ---------- DROP EXTENSION keeps redlock_user (roles are cluster-wide) ----------
+
+$pg->safe_psql('upd', 'CREATE ROLE keeps_grant LOGIN; GRANT redlock_user TO keeps_grant');
+$pg->safe_psql('upd', 'DROP EXTENSION redlock');
+is($pg->safe_psql('upd', "SELECT pg_has_role('keeps_grant', 'redlock_user', 'MEMBER')"), 't',
+	'after DROP EXTENSION, redlock_user is still there, with its members');
+is($pg->safe_psql('db1', "SELECT has_function_privilege('redlock_user', 'redlock_unlock(text)', 'EXECUTE')"),
+	't', 'and it still works in the other databases');
+$pg->safe_psql('upd', 'CREATE EXTENSION redlock');
+is($pg->safe_psql('upd', "SELECT has_function_privilege('keeps_grant', 'redlock_unlock(text)', 'EXECUTE')"),
+	't', 'CREATE EXTENSION again uses the role that is there');
+
 $pg->stop;
 done_testing();

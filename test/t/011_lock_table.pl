@@ -380,5 +380,34 @@ like($plain->safe_psql('postgres', "SELECT redlock_lock('np:a', 1000)"), qr/^\d+
 	'leases work without preload');
 $plain->stop;
 
+# --- who may look: redlock_locks, redlock_nodes and redlock_holder() are
+# for members of redlock_user and pg_monitor only
+$pg->safe_psql('postgres', <<'SQL');
+CREATE ROLE lt_user LOGIN; GRANT redlock_user TO lt_user;
+CREATE ROLE lt_monitor LOGIN; GRANT pg_monitor TO lt_monitor;
+CREATE ROLE lt_nobody LOGIN;
+SQL
+my %look = (
+	redlock_locks => 'SELECT count(*) >= 0 FROM redlock_locks',
+	redlock_nodes => 'SELECT count(*) = 3 FROM redlock_nodes',
+	redlock_holder => "SELECT count(*) >= 0 FROM redlock_holder('lt:who')");
+for my $role (qw(lt_user lt_monitor lt_nobody))
+{
+	for my $what (sort keys %look)
+	{
+		($rc, $out, $err) = $pg->psql('postgres', "\\set VERBOSITY verbose\n$look{$what}",
+			connstr => $pg->connstr('postgres') . " user=$role");
+		if ($role eq 'lt_nobody')
+		{
+			like($err, qr/ERROR:  42501: permission denied/, "$what: refused to a role in neither");
+		}
+		else
+		{
+			is($out, 't', "$what: readable by $role") or diag $err;
+		}
+	}
+}
+
+nothing_crashed($pg, $pm_start);
 $pg->stop;
 done_testing();
