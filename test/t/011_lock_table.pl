@@ -293,6 +293,18 @@ like(slurp_file($pg->logfile), qr/keep-alive could not extend the lease on "ka:l
 $k->query("SELECT redlock_unlock('ka:lost')");
 $k->quit;
 
+# --- a backend waiting for the nodes shows the nodes' wait event: two of
+# three stopped, its round waits up to node_timeout (60 s)
+$_->pause for @redis[1, 2];
+my $nw = $pg->background_psql('postgres', on_error_stop => 0);
+my $nwpid = $nw->query_safe("SET redlock.node_timeout = '60s'; SELECT pg_backend_pid()");
+$nw->query_until(qr/asking/, "\\echo asking\nSELECT redlock_try_lock('nw:a', 60000);\n");
+ok(asleep($pg, $nwpid, 'nodes'),
+	'a backend waiting for the nodes shows ' . expected_wait_event($pg, 'nodes'));
+$_->resume for @redis[1, 2];
+like($nw->query('SELECT 1'), qr/1/, 'and goes on once they answer');
+$nw->quit;
+
 # --- waiters while nodes fail
 $h->query_safe("SELECT redlock_lock('nf:a', 60000)");
 $w = queued_waiter('nf:a');
