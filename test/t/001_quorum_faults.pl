@@ -156,8 +156,10 @@ $s->quit;
 # --- a node slower than node_timeout keeps its connection, so the release of
 # a lease held across the slow spell still reaches it (a dropped connection
 # would lose the release and leave the key to its TTL)
+# (node_timeout 500 ms: a node silent for longer is slow; one silent for
+# ten times that, 5 s, would be dropped)
 my $slowpoke = $pg->background_psql('postgres');
-$slowpoke->query_safe("SELECT redlock_lock('f:slow', 60000)");
+$slowpoke->query_safe("SET redlock.node_timeout = '500ms'; SELECT redlock_lock('f:slow', 60000)");
 my $port0 = $redis[0]->port;
 system("redis-cli -p $port0 DEBUG SLEEP 3 > /dev/null 2>&1 &");
 # asleep: a PING gets no answer within half a second (a redis-cli slow to
@@ -165,8 +167,8 @@ system("redis-cli -p $port0 DEBUG SLEEP 3 > /dev/null 2>&1 &");
 # then be weaker, never wrong)
 ok(wait_for(sub { system("timeout 0.5 redis-cli -p $port0 PING > /dev/null 2>&1") != 0 }, 3),
 	'the node sleeps (DEBUG SLEEP 3)');
-# silent for longer than node_timeout (50 ms): this round and the release
-# go on without it, and the node owes them replies
+# silent for longer than node_timeout: this round and the release go on
+# without it, and the node owes them replies
 $slowpoke->query_safe("SELECT redlock_try_lock('f:other', 60000)");
 $slowpoke->query_safe("SELECT redlock_unlock('f:slow')");
 ok(wait_for(sub { $redis[0]->cli('EXISTS', 'redlock:lock:f:slow') eq '0' }, 30),

@@ -23,6 +23,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedisNode;
+use RedlockTest;
 use SoakSQL;
 use Test::More;
 use TlsFiles;
@@ -63,10 +64,7 @@ for my $i (0 .. 4)
 }
 my $nodes = join(',', map { $_->addr } @redis);
 
-my $pg = PostgreSQL::Test::Cluster->new('soak');
-$pg->init;
-$pg->append_conf('postgresql.conf', <<"EOC");
-redlock.nodes = '$nodes'
+my $pg = redlock_cluster('soak', nodes => \@redis, conf => <<"EOC");
 redlock.node_timeout = $node_timeout_ms
 redlock.connect_timeout = $connect_timeout_ms
 redlock.retry_delay = 30
@@ -75,8 +73,6 @@ max_connections = 60
 ${tls_conf}log_min_messages = warning
 log_line_prefix = '%m [%p] %a '
 EOC
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
 $pg->safe_psql('postgres', $SoakSQL::SCHEMA);
 
 my @checks = qw(token_not_increasing lost_update version_gap final_row_mismatch

@@ -336,23 +336,22 @@ $redis[2]->start;
 # (SIGSTOP), one is down, and one answers 150 ms late behind a slow link, so
 # every majority needs the slow node.  One lease per round, a pass would
 # take 50 x 150 ms, and most leases would expire waiting their turn.
-my @r5 = map { RedisNode->new } 1 .. 5;
+my @r5 = redis_nodes(5);
 my $slow = FakeRedis->new(mode => 'delay', backend => $r5[2]->addr, delay => 0.15);
-my @addrs = map { $_->addr } @r5;
-$addrs[2] = $slow->addr;
-my $kb = PostgreSQL::Test::Cluster->new('keepbatch');
-$kb->init;
-$kb->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'redlock'\nredlock.nodes = '" . join(',', @addrs)
-	  . "'\nredlock.max_leases = 64\nredlock.node_timeout = '500ms'\n");
-$kb->start;
-$kb->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my @via = @r5;
+$via[2] = $slow;
+my $kb = redlock_cluster('keepbatch', nodes => \@via, preload => 1,
+	conf => "redlock.max_leases = 64\nredlock.node_timeout = '500ms'\n");
 $k = $kb->background_psql('postgres', on_error_stop => 0);
 is($k->query_safe("SELECT count(redlock_lock('kb:' || g, 1500, keep_alive => true)) FROM generate_series(1, 50) g"),
 	'50', '50 keep-alive leases with a 1.5 s TTL');
 $r5[3]->pause;
 $r5[4]->kill9;
-usleep(4_500_000);
+# until every one of them has been extended to more than three TTLs past
+# its grant (however long the machine's load makes that take)
+ok($kb->poll_query_until('postgres',
+		"SELECT count(*) = 50 FROM redlock_locks WHERE resource LIKE 'kb:%' AND (lost OR valid_until - granted_at > interval '4500 ms')"),
+	'every one of the 50 leases was extended past three TTLs, or lost');
 my $kb_valid = "SELECT count(*) FROM redlock_leases WHERE resource LIKE 'kb:%' AND validity_ms > 0 AND NOT lost";
 is($k->query_safe($kb_valid), '50',
 	'three TTLs later, with one node black-holed, one down and one slow, all 50 are valid');
@@ -379,11 +378,7 @@ $kb->stop;
 $slow->stop;
 
 # --- without shared_preload_libraries: a clear error, leases still work
-my $plain = PostgreSQL::Test::Cluster->new('nopreload');
-$plain->init;
-$plain->append_conf('postgresql.conf', "redlock.nodes = '$nodes'\n");
-$plain->start;
-$plain->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my $plain = redlock_cluster('nopreload', nodes => \@redis);
 ($rc, $out, $err) = $plain->psql('postgres', 'SELECT * FROM redlock_locks');
 like($err, qr/the redlock lease table is not available/, 'redlock_locks without preload: a clear error');
 ($rc, $out, $err) = $plain->psql('postgres', "SELECT redlock_lock('np:a', 1000, keep_alive => true)");
