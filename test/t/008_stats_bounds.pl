@@ -180,8 +180,11 @@ SELECT pg_describe_object(classid, objid, 0) || ' ' ||
        coalesce((SELECT array_agg(a ORDER BY a::text)::text
                    FROM pg_class c, aclexplode(c.relacl) a
                   WHERE classid = 'pg_class'::regclass AND c.oid = objid), '') || ' ' ||
-       coalesce((SELECT array_agg(a ORDER BY a::text)::text
-                   FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+       coalesce((SELECT string_agg(coalesce(r.rolname, 'PUBLIC') || ':' || a.privilege_type, ','
+                                   ORDER BY coalesce(r.rolname, 'PUBLIC'), a.privilege_type)
+                   FROM pg_proc p
+                        CROSS JOIN aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                        LEFT JOIN pg_roles r ON r.oid = a.grantee
                   WHERE classid = 'pg_proc'::regclass AND p.oid = objid), '')
   FROM pg_depend
  WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'redlock')
@@ -190,7 +193,7 @@ SELECT pg_describe_object(classid, objid, 0) || ' ' ||
 SQL
 is($pg->safe_psql('upd', $objects), $pg->safe_psql('db1', $objects),
 	'1.0 + update has the same objects, and privileges on tables, views and functions, as a fresh 1.1');
-like($pg->safe_psql('upd', $objects), qr/^function redlock_lock\(.*redlock_user/m,
+like($pg->safe_psql('upd', $objects), qr/^function redlock_lock\(.*redlock_user:EXECUTE/m,
 	'(the comparison sees the functions\' privileges)');
 $pg->safe_psql('upd', 'CREATE ROLE bounds_reader LOGIN');
 is($pg->safe_psql('upd', 'SET ROLE bounds_reader; SELECT count(*) FROM redlock_stats_info'),
