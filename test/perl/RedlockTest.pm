@@ -14,7 +14,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedisNode;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(redis_nodes node_list redlock_cluster redlock_pair wait_for
   free_port subscribed unsubscribed settled key_count keys_on no_keys start_waiter
@@ -179,20 +179,22 @@ sub start_waiter
 # The waiter $pid of $pg is asleep for good: the attempt that a new
 # subscription of the wake-up worker makes it take (a release before the
 # subscription must not be lost), or any other wake-up, is over: the
-# server's attempts stay the same while it is asleep.  Call once the key is
-# subscribed on every node.
+# server's attempts stayed the same for 6 s while it is asleep.  (Waiters
+# were seen asking once more up to about 5 s after their key was
+# subscribed, a new subscription's window in src/wakeup.c: 300 ms of quiet
+# was not enough.)  Call once the key is subscribed on every node.
 sub settled
 {
 	my ($pg, $pid) = @_;
 	my $ev = expected_wait_event($pg, 'lease');
-	my $prev = -1;
-	for (1 .. 100)
+	my ($prev, $since) = (-1, time);
+	for (1 .. 600)
 	{
 		my $n = $pg->safe_psql('postgres', 'SELECT coalesce(sum(attempts), 0) FROM redlock_stats');
-		return 1
-		  if $n == $prev
-		  && $pg->safe_psql('postgres', "SELECT wait_event = '$ev' FROM pg_stat_activity WHERE pid = $pid") eq 't';
-		$prev = $n;
+		my $asleep = $pg->safe_psql('postgres',
+			"SELECT wait_event = '$ev' FROM pg_stat_activity WHERE pid = $pid") eq 't';
+		($prev, $since) = ($n, time) if $n != $prev || !$asleep;
+		return 1 if time - $since >= 6;
 		usleep(300_000);
 	}
 	die "the waiter $pid does not settle";
