@@ -36,7 +36,8 @@
 #   close         close the connection after reading the request
 #   close_on_connect  accept, then close at once
 #   silent        read requests, never answer
-#   trickle       a well-formed answer, one byte every 40 ms
+#   trickle       a well-formed answer, one byte every 200 ms (slower in all
+#                 than any node_timeout of the tests)
 #   flood         "$1000000000" and then megabytes of data, as fast as it goes
 #   unsolicited   "+HELLO" at connect, then well-formed answers
 #   delay         well-formed answers, each 200 ms late (slow but healthy;
@@ -247,7 +248,7 @@ sub answer
 	return ([ [ 0, substr($acq, 0, 9) ] ], 'close') if $mode eq 'cut_close';
 	return ([], 'close') if $mode eq 'close';
 	return ([], 'keep') if $mode eq 'silent' || $mode eq 'close_on_connect';
-	return ([ map { [ 0.04, $_ ] } split //, $good ], 'keep') if $mode eq 'trickle';
+	return ([ map { [ 0.2, $_ ] } split //, $good ], 'keep') if $mode eq 'trickle';
 	return ([ [ 0.2, $good ] ], 'keep') if $mode eq 'delay';
 	return ([ [ $kind eq 'acquire' ? 0 : 0.1, $good ] ], 'keep') if $mode eq 'slow_release';
 	return ([ [ 0, "\$1000000000\r\n" ] ], 'flood') if $mode eq 'flood';
