@@ -20,6 +20,9 @@ my @redis = redis_nodes(3);
 my $pg = redlock_cluster('resources', nodes => \@redis, conf => "redlock.node_timeout = '1s'\n");
 
 my $s = $pg->background_psql('postgres', on_error_stop => 1);
+# the framework's timeout per query, not for the whole session (a hundred
+# batches on a busy machine take longer than it)
+$s->set_query_timer_restart();
 my $pid = $s->query_safe('SELECT pg_backend_pid()');
 
 # one batch: session leases (lock and try_lock, re-entered once), a
