@@ -54,6 +54,7 @@ sub granted_after
 
 # --- redlock_locks: a holder and a waiter, and the waiter's wait event
 my $h = $pg->background_psql('postgres', on_error_stop => 0);
+$h->set_query_timer_restart();    # a long-lived session: the timeout per query
 my $t1 = $h->query_safe("SELECT redlock_lock('lt:a', 60000)");
 my $w = queued_waiter('lt:a');
 is($pg->safe_psql('postgres',
@@ -105,6 +106,7 @@ $w->quit;
 eval { $h->quit };
 
 $h = $pg->background_psql('postgres', on_error_stop => 0);
+$h->set_query_timer_restart();    # a long-lived session: the timeout per query
 
 # --- first come, first served; a cancelled waiter passes its turn
 $h->query_safe("SELECT redlock_lock('lt:q', 60000)");

@@ -67,6 +67,7 @@ sub waiter
 }
 
 my $h = $pg->background_psql('postgres', on_error_stop => 0);
+$h->set_query_timer_restart();    # a long-lived session: the timeout per query
 my $hpid = $h->query_safe('SELECT pg_backend_pid()');
 
 # --- unlock: one round hands the lease over
@@ -124,6 +125,7 @@ $w->query_safe("SELECT redlock_unlock('ho:e')");
 $w->quit;
 eval { $h->quit };
 $h = $pg->background_psql('postgres', on_error_stop => 0);
+$h->set_query_timer_restart();    # a long-lived session: the timeout per query
 $hpid = $h->query_safe('SELECT pg_backend_pid()');
 
 # --- one COMMIT ends three leases, two of them awaited
@@ -212,6 +214,7 @@ $w->quit;
 my $permuted = join(',', map { $_->addr } reverse @redis);
 $h->quit;    # a new holder session: this one's last error stays in its stderr
 $h = $pg->background_psql('postgres', on_error_stop => 0);
+$h->set_query_timer_restart();    # a long-lived session: the timeout per query
 $h->query_safe("SET redlock.nodes = '$permuted'");
 $t1 = $h->query_safe("SELECT redlock_lock('ho:n', 60000)");
 ($w, $wpid) = waiter('ho:n');
