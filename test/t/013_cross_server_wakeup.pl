@@ -160,17 +160,19 @@ $h->quit;
 
 # --- a lost message costs latency, never liveness: the wake-up worker is
 # stopped (SIGSTOP: it neither hears the release nor restarts and
-# subscribes anew), so only the waiter's backstop (retry_delay, 1 s here)
-# can get it the lease.  Without the backstop it would wait until its
-# lock_timeout (60 s) and fail.
-$west->safe_psql('postgres', "ALTER SYSTEM SET redlock.retry_delay = '1s'; SELECT pg_reload_conf()");
-$west->poll_query_until('postgres', "SELECT current_setting('redlock.retry_delay') = '1s'")
+# subscribes anew), so only the waiter's backstop (retry_delay, 500 ms
+# here) can get it the lease.  Without the backstop it waits until its
+# lock_timeout (8 s from its start, the release comes about 3 s after it)
+# and fails.  (A waiter with no backstop was seen woken about 10 s after
+# its start anyway: the limit stays below that.)
+$west->safe_psql('postgres', "ALTER SYSTEM SET redlock.retry_delay = '500ms'; SELECT pg_reload_conf()");
+$west->poll_query_until('postgres', "SELECT current_setting('redlock.retry_delay') = '500ms'")
   or die 'the reload did not take';
 $h = $east->background_psql('postgres', on_error_stop => 0);
 $h->query_safe("SELECT redlock_lock('x:d', 60000)");
 my $wk = $west->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
 like($wk, qr/^\d+$/, 'the wake-up worker runs');
-my ($w2) = start_waiter($west, 'x:d', set => "SET lock_timeout = '60s'");
+my ($w2) = start_waiter($west, 'x:d', set => "SET lock_timeout = '8s'");
 kill 'STOP', $wk;
 $h->query_safe("SELECT redlock_unlock('x:d')");
 like($w2->query('SELECT :got'), qr/^\d+$/, 'without the wake-up worker the waiter still gets the lease')
