@@ -167,6 +167,7 @@ sub backend_clients
 	return sort map { /\bid=(\d+)\b/ ? $1 : () } grep { /\bcmd=eval/ } split /\n/, $redis[0]->cli('CLIENT', 'LIST');
 }
 my @clients_before = backend_clients();
+cmp_ok(scalar(@clients_before), '>', 0, 'the backend is connected to the node');
 system("redis-cli -p $port0 DEBUG SLEEP 3 > /dev/null 2>&1 &");
 # asleep: a PING gets no answer within half a second (a redis-cli slow to
 # start under load could take a node not yet asleep for one: the test would
