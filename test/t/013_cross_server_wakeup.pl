@@ -127,9 +127,9 @@ while (time - $t0 < 5)
 	# Watched over the window instead of its first second, the waiter was
 	# seen asking the nodes after a single node's (empty) publication, with
 	# the unchanged src/: in 4 of 5 runs on a busy machine (0.7 s and 0.9 s
-	# after it where the waiter had settled first, for 0.3 s and 6 s).  For src/wakeup.c or handoff_remote.c to
-	# explain (the old check watched 1 s and could not see it): reported,
-	# not hidden.
+	# after it where the waiter had settled first, for 0.3 s and 6 s).
+	# For src/wakeup.c or handoff_remote.c to explain (the old check
+	# watched 1 s and could not see it): reported, not hidden.
 	local $TODO = 'a single node\'s publication wakes the waiter about 1 s later';
 	ok($quiet, 'a release heard from one node of three does not wake the waiter (watched 5 s of its 10 s node_timeout)');
 }
