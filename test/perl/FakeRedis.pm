@@ -36,7 +36,8 @@
 #   close         close the connection after reading the request
 #   close_on_connect  accept, then close at once
 #   silent        read requests, never answer
-#   trickle       a well-formed answer, one byte every 40 ms
+#   trickle       a well-formed answer, one byte every 200 ms (slower in all
+#                 than any node_timeout of the tests)
 #   flood         "$1000000000" and then megabytes of data, as fast as it goes
 #   unsolicited   "+HELLO" at connect, then well-formed answers
 #   delay         well-formed answers, each 200 ms late (slow but healthy;
@@ -114,9 +115,16 @@ sub new
 	die "FakeRedis: fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		# the child must never run the test's END blocks
+		# the child must never run the test's END blocks.  serve() never
+		# returns; if it dies, the reason goes to a file that died() reads:
+		# a broken mode must not pass for a dead port
 		eval { serve($listen, $mode, $log, \%link); };
-		POSIX::_exit(0);
+		if (open my $fh, '>', "$log.died")
+		{
+			print $fh $@ || 'serve() returned';
+			close $fh;
+		}
+		POSIX::_exit(1);
 	}
 	close $listen;
 	my $self = bless { port => $port, mode => $mode, pid => $pid, log => $log,
@@ -143,6 +151,17 @@ sub flooded
 	my $sum = 0;
 	$sum += $_ for values %per_conn;
 	return $sum;
+}
+
+# why the fake server died ('' while it runs, or once stopped by stop())
+sub died
+{
+	my ($self) = @_;
+	open my $fh, '<', "$self->{log}.died" or return '';
+	local $/;
+	my $why = <$fh>;
+	close $fh;
+	return $why eq '' ? 'died' : $why;
 }
 
 # the requests received so far, one line each
@@ -305,7 +324,7 @@ sub answer
 	return ([ [ 0, substr($acq, 0, 9) ] ], 'close') if $mode eq 'cut_close';
 	return ([], 'close') if $mode eq 'close';
 	return ([], 'keep') if $mode eq 'silent' || $mode eq 'close_on_connect';
-	return ([ map { [ 0.04, $_ ] } split //, $good ], 'keep') if $mode eq 'trickle';
+	return ([ map { [ 0.2, $_ ] } split //, $good ], 'keep') if $mode eq 'trickle';
 	return ([ [ 0.2, $good ] ], 'keep') if $mode eq 'delay';
 	return ([ [ $kind eq 'acquire' ? 0 : 0.1, $good ] ], 'keep') if $mode eq 'slow_release';
 	return ([ [ 0, "\$1000000000\r\n" ] ], 'flood') if $mode eq 'flood';

@@ -6,17 +6,13 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedisNode;
+use RedlockTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my @redis = map { RedisNode->new(args => [ '--enable-debug-command', 'yes' ]) } 1 .. 5;
-my $nodes = join(',', map { $_->addr } @redis);
-
-my $pg = PostgreSQL::Test::Cluster->new('main');
-$pg->init;
-$pg->append_conf('postgresql.conf', "redlock.nodes = '$nodes'\n");
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my @redis = redis_nodes(5, args => [ '--enable-debug-command', 'yes' ]);
+my $nodes = node_list(@redis);
+my $pg = redlock_cluster('main', nodes => \@redis);
 
 # one attempt; returns (token or '', stderr)
 sub try_lock
@@ -138,28 +134,55 @@ $redis[1]->resume;
 $redis[2]->resume;
 $s->query_safe("SELECT redlock_unlock_all()");
 
-# --- one connection per node per backend across many cycles
-my $clients_before = $redis[3]->cli('INFO', 'stats') =~ /total_connections_received:(\d+)/ ? $1 : -1;
+# --- one connection per node per backend across many cycles; successful
+# calls log nothing
+sub connections_received
+{
+	my ($node) = @_;
+	$node->cli('INFO', 'stats') =~ /total_connections_received:(\d+)/
+	  or die "no total_connections_received from ${\ $node->addr }";
+	return $1;
+}
+my $clients_before = connections_received($redis[3]);
+my $logpos = -s $pg->logfile;
 $s->query_safe("SELECT count(redlock_try_lock('f:reuse')) + count(redlock_unlock('f:reuse')) FROM generate_series(1, 500)");
-my $clients_after = $redis[3]->cli('INFO', 'stats') =~ /total_connections_received:(\d+)/ ? $1 : -1;
+my $clients_after = connections_received($redis[3]);
 # the second INFO's own redis-cli connection is the one new connection
 is($clients_after - $clients_before, 1, '500 cycles opened no new connections to a node');
+is(join('', grep { /redlock/ && !/LOG:  statement: / } split /\n/, slurp_file($pg->logfile, $logpos)), '',
+	'500 successful cycles logged nothing');
 $s->quit;
 
 # --- a node slower than node_timeout keeps its connection, so the release of
 # a lease held across the slow spell still reaches it (a dropped connection
 # would lose the release and leave the key to its TTL)
+# (node_timeout 500 ms: a node silent for longer is slow; one silent for
+# ten times that, 5 s, would be dropped)
 my $slowpoke = $pg->background_psql('postgres');
-$slowpoke->query_safe("SELECT redlock_lock('f:slow', 60000)");
+$slowpoke->query_safe("SET redlock.node_timeout = '500ms'; SELECT redlock_lock('f:slow', 60000)");
 my $port0 = $redis[0]->port;
-system("redis-cli -p $port0 DEBUG SLEEP 0.4 > /dev/null 2>&1 &");
-usleep(50_000);
+# the node's connections from backends (their last command a script), by id
+sub backend_clients
+{
+	return sort map { /\bid=(\d+)\b/ ? $1 : () } grep { /\bcmd=eval/ } split /\n/, $redis[0]->cli('CLIENT', 'LIST');
+}
+my @clients_before = backend_clients();
+cmp_ok(scalar(@clients_before), '>', 0, 'the backend is connected to the node');
+system("redis-cli -p $port0 DEBUG SLEEP 3 > /dev/null 2>&1 &");
+# asleep: a PING gets no answer within half a second (a redis-cli slow to
+# start under load could take a node not yet asleep for one: the test would
+# then be weaker, never wrong)
+ok(wait_for(sub { system("timeout 0.5 redis-cli -p $port0 PING > /dev/null 2>&1") != 0 }, 3),
+	'the node sleeps (DEBUG SLEEP 3)');
+# silent for longer than node_timeout: this round and the release go on
+# without it, and the node owes them replies
 $slowpoke->query_safe("SELECT redlock_try_lock('f:other', 60000)");
-usleep(150_000);    # silent for longer than node_timeout
 $slowpoke->query_safe("SELECT redlock_unlock('f:slow')");
-usleep(600_000);    # the node is awake again and has drained its backlog
-is($redis[0]->cli('EXISTS', 'redlock:lock:f:slow'), '0',
+ok(wait_for(sub { $redis[0]->cli('EXISTS', 'redlock:lock:f:slow') eq '0' }, 30),
 	'the slow node applied the release pipelined behind its backlog');
+my %after = map { $_ => 1 } backend_clients();
+is(join(' ', grep { !$after{$_} } @clients_before), '',
+	'and the backend kept its connection to the slow node (the same client ids)');
 $slowpoke->quit;
 
 # --- a release that cannot reach a node (it is down) is replayed when the
@@ -196,8 +219,10 @@ $replayer->quit;
 # --- a node in reconnect backoff is still asked when the round needs it:
 # A is back but in backoff, B is stalled; C alone is no majority of three
 my $backoff = $pg->background_psql('postgres', on_error_stop => 0);
+my $backoff_pid = $backoff->query_safe('SELECT pg_backend_pid()');
 $backoff->query_safe("SET redlock.nodes = '${\ $redis[0]->addr },${\ $redis[1]->addr },${\ $redis[2]->addr }'");
 $backoff->query_safe("SELECT redlock_try_lock('f:warmup') IS NOT NULL");
+$logpos = -s $pg->logfile;
 $redis[0]->kill9;
 $backoff->query_safe("SELECT redlock_try_lock('f:backoff1') IS NOT NULL");
 usleep(150_000);
@@ -209,6 +234,14 @@ is($out, 't', 'a node that came back during its backoff was asked and granted');
 $backoff->{stderr} = '';
 $redis[1]->resume;
 $backoff->quit;
+# one LOG line when the node went away, one when it answered again
+my $addr0 = quotemeta($redis[0]->addr);
+my @node0 = grep { /redlock: node $addr0 / } split /\n/, slurp_file($pg->logfile, $logpos);
+is(scalar(grep { /\[$backoff_pid\]|\b$backoff_pid\b/ && /stopped answering/ } @node0), 1,
+	'the backend logged once that the killed node stopped answering')
+  or diag join("\n", @node0);
+is(scalar(grep { /\b$backoff_pid\b/ && /is answering again/ } @node0), 1,
+	'and once that it is answering again');
 
 # --- keys stay inside redlock.key_prefix whatever the resource name says
 my @hostile = ('token-counter:0', '../token-counter:1', 'redlock:token-counter:2', '*',

@@ -5,24 +5,18 @@ use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
-
-my $pg = PostgreSQL::Test::Cluster->new('main');
-$pg->init;
-$pg->append_conf('postgresql.conf',
-	"redlock.nodes = '$nodes'\nredlock.retry_delay = 20\nredlock.retry_jitter = 10\nrestart_after_crash = on\n");
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my @redis = redis_nodes(3);
+my $nodes = node_list(@redis);
+my $pg = redlock_cluster('main', nodes => \@redis,
+	conf => "redlock.retry_delay = 20\nredlock.retry_jitter = 10\nrestart_after_crash = on\n");
 
 sub lock_keys
 {
-	my $keys = $redis[0]->cli('KEYS', 'redlock:lock:*');
-	return $keys;
+	return keys_on($redis[0], '*');
 }
 
 my $holder = $pg->background_psql('postgres', on_error_stop => 0);
@@ -46,7 +40,11 @@ like($err, qr/canceling statement due to statement timeout/,
 my $waiter = $pg->background_psql('postgres', on_error_stop => 0);
 my $waiter_pid = $waiter->query_safe('SELECT pg_backend_pid()');
 $waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT redlock_lock('life:r');\n");
-usleep(200_000);
+# it waits: asleep between its attempts (no lock table without preloading:
+# it polls every retry_delay), or in the middle of one
+ok($pg->poll_query_until('postgres',
+		"SELECT state = 'active' AND query LIKE '%redlock_lock(''life:r'')%' AND wait_event_type = 'Extension' FROM pg_stat_activity WHERE pid = $waiter_pid"),
+	'the waiter waits in redlock_lock');
 $pg->safe_psql('postgres', "SELECT pg_cancel_backend($waiter_pid)");
 $out = $waiter->query("SELECT count(*) FROM redlock_leases");
 like($waiter->{stderr}, qr/canceling statement due to user request/,
@@ -73,22 +71,19 @@ is(lock_keys(), '', 'the one-statement session released at its exit too');
 # --- a backend killed with SIGKILL cannot release: its lease expires by TTL
 my $victim = $pg->background_psql('postgres', on_error_stop => 0);
 my $victim_pid = $victim->query_safe('SELECT pg_backend_pid()');
-my $t4 = $victim->query_safe("SELECT redlock_lock('life:crash', 3000)");
+my $t4 = $victim->query_safe("SELECT redlock_lock('life:crash', 5000)");
 kill 'KILL', $victim_pid;
+# straight from the nodes, before the crash restart: the key is still there
+# (nothing released it), with its TTL running
+my @pttl = map { $_->cli('PTTL', 'redlock:lock:life:crash') } @redis;
+is(scalar(grep { $_ > 0 } @pttl), scalar(@redis),
+	"right after the crash the lease is still held on every node (PTTL @pttl)");
 $victim->{run}->kill_kill;
 # the postmaster restarts all backends after a crash
 $pg->poll_query_until('postgres', 'SELECT true') or die 'no restart';
-is($pg->safe_psql('postgres', "SELECT redlock_try_lock('life:crash')"), '',
-	'right after the crash the lease is still held');
 my $t5;
-my $start = time;
-while (time - $start < 20)
-{
-	$t5 = $pg->safe_psql('postgres', "SELECT redlock_try_lock('life:crash')");
-	last if $t5 ne '';
-	usleep(200_000);
-}
-cmp_ok(time - $start, '>=', 1.5, 'the lease lasted until about its TTL');
+ok(wait_for(sub { ($t5 = $pg->safe_psql('postgres', "SELECT redlock_try_lock('life:crash')")) ne '' }, 60),
+	'after its TTL the lease is free again');
 cmp_ok($t5, '>', $t4, 'after expiry the next holder gets a greater token');
 $holder->quit;
 
@@ -126,6 +121,25 @@ is(join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlo
 	"SET redlock.nodes = '$secure_nodes'; SET redlock.key_prefix = 'other:'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
 	  . " SELECT redlock_try_lock('life:acl')");
 like($err, qr/NOPERM|No permissions/, 'the ACL keeps that user out of keys outside its prefix');
+
+# --- leases are released when the credentials change while they are held
+my $cred = $pg->background_psql('postgres', on_error_stop => 0);
+$cred->query_safe("SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw'");
+like($cred->query_safe("SELECT redlock_lock('life:cred', 60000)"), qr/^\d+$/, 'a lease taken as Redis user locker');
+is(join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlock:lock:life:cred') } @secure),
+	'1,1,1', 'every node has its key');
+$cred->{stderr} = '';
+$cred->query("SET redlock.username = 'default'; SET redlock.password = 's3cret'");
+is($cred->query("SELECT redlock_try_lock('life:cred2', 60000) IS NOT NULL"), 't',
+	'new credentials: the next lease call is granted');
+like($cred->{stderr}, qr/WARNING:  releasing 1 lease held on the previous Redis nodes/,
+	'with a warning that the lease held with the old ones is released');
+$cred->{stderr} = '';
+ok(wait_for(sub { join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlock:lock:life:cred') } @secure) eq '0,0,0' }, 10),
+	'and it is released on every node');
+is($cred->query_safe("SELECT string_agg(resource, ',') FROM redlock_leases"), 'life:cred2',
+	'the session holds only the new lease');
+$cred->quit;
 
 # --- statistics without shared_preload_libraries: a clear error, leases work
 ($rc, $out, $err) = $pg->psql('postgres', 'SELECT * FROM redlock_stats');

@@ -7,25 +7,22 @@ use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 use Time::HiRes qw(time);
 
 my $cycles = $ENV{RESOURCE_CYCLES} // 100_000;
 my $batch = 1000;
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
-
-my $pg = PostgreSQL::Test::Cluster->new('resources');
-$pg->init;
+my @redis = redis_nodes(3);
 # a generous node_timeout: this test is about resources, and the machine
 # running it may be busy (a late answer would fail a cycle with RL002)
-$pg->append_conf('postgresql.conf', "redlock.nodes = '$nodes'\nredlock.node_timeout = '1s'\n");
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my $pg = redlock_cluster('resources', nodes => \@redis, conf => "redlock.node_timeout = '1s'\n");
 
 my $s = $pg->background_psql('postgres', on_error_stop => 1);
+# the framework's timeout per query, not for the whole session (a hundred
+# batches on a busy machine take longer than it)
+$s->set_query_timer_restart();
 my $pid = $s->query_safe('SELECT pg_backend_pid()');
 
 # one batch: session leases (lock and try_lock, re-entered once), a
@@ -58,15 +55,19 @@ SQL
 
 sub context_bytes
 {
-	return $s->query_safe('SELECT sum(total_bytes) FROM pg_backend_memory_contexts');
+	my $b = $s->query_safe('SELECT sum(total_bytes) FROM pg_backend_memory_contexts');
+	die "no memory context sizes: '$b'" unless $b =~ /^\d+$/;
+	return $b;
 }
 
+# a reading that fails must fail the test, not read the same on both sides
 sub heap_kb
 {
-	open my $fh, '<', "/proc/$pid/status" or return -1;
+	open my $fh, '<', "/proc/$pid/status" or die "/proc/$pid/status: $!";
 	my ($kb) = map { /^RssAnon:\s+(\d+)/ ? $1 : () } <$fh>;
 	close $fh;
-	return $kb // -1;
+	die "no RssAnon in /proc/$pid/status" unless defined $kb;
+	return $kb;
 }
 
 sub clients
@@ -75,6 +76,7 @@ sub clients
 	my $info = $node->cli('INFO', 'clients') . $node->cli('INFO', 'stats');
 	my ($conn) = $info =~ /connected_clients:(\d+)/;
 	my ($total) = $info =~ /total_connections_received:(\d+)/;
+	die "no client counts from ${\ $node->addr }: $info" unless defined $conn && defined $total;
 	return ($conn, $total);
 }
 
@@ -117,9 +119,7 @@ for my $i (0 .. $#redis)
 # be released on every node
 sub lock_keys
 {
-	return join ' ', map {
-		$_->cli('EVAL', "return #redis.call('KEYS', ARGV[1])", '0', 'redlock:lock:many*')
-	} @redis;
+	return key_count('many*', @redis);
 }
 $s->query_safe("SELECT count(redlock_lock('many:' || g, 60000)) FROM generate_series(1, 1500) g");
 is(lock_keys(), '1500 1500 1500', '1500 session leases held on every node');
@@ -130,13 +130,7 @@ $s->query_safe('COMMIT');
 is(lock_keys(), '0 0 0', 'COMMIT released 1500 transaction leases on every node');
 $s->query_safe("SELECT count(redlock_lock('manye:' || g, 60000)) FROM generate_series(1, 1500) g");
 $s->quit;
-my $gone = 0;
-for (1 .. 100)
-{
-	$gone = 1, last if lock_keys() eq '0 0 0';
-	Time::HiRes::usleep(50_000);
-}
-ok($gone, 'backend exit released 1500 session leases on every node');
+ok(no_keys('many*', @redis), 'backend exit released 1500 session leases on every node');
 
 $pg->stop;
 done_testing();

@@ -16,22 +16,28 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use ReadmeSQL;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 
 my $workers = $ENV{README_WORKERS} // 6;
 my $njobs = $ENV{README_JOBS} // 40;
 my $leader_calls = $ENV{README_LEADER_CALLS} // 25;
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
+my @redis = redis_nodes(3);
+# preloaded: redlock_locks shows every backend's leases
+my $pg = redlock_cluster('readme', nodes => \@redis, preload => 1,
+	conf => "max_connections = " . (2 * $workers + 10) . "\n");
 
-my $pg = PostgreSQL::Test::Cluster->new('readme');
-$pg->init;
-$pg->append_conf('postgresql.conf',
-	"redlock.nodes = '$nodes'\nmax_connections = " . (2 * $workers + 10) . "\n");
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+# no lease of $prefix left: no backend of the server holds one, and no node
+# has its lock key (a fresh session's redlock_leases would show only its own)
+sub no_lease_left
+{
+	my ($prefix, $what) = @_;
+	is($pg->safe_psql('postgres',
+			"SELECT count(*) FROM redlock_locks WHERE resource LIKE '$prefix%'"),
+		'0', "$what: no backend holds a lease (redlock_locks)");
+	ok(no_keys("$prefix*", @redis), "$what: no lock key is left on any node");
+}
 
 # Run one psql per SQL statement at once; returns when all are done, dies
 # when one failed.  The statements start together: each first waits at a
@@ -116,8 +122,7 @@ is($pg->safe_psql('postgres', 'SELECT count(DISTINCT job) FROM job_runs'),
 	'every job ran');
 cmp_ok($pg->safe_psql('postgres', 'SELECT count(DISTINCT worker) FROM job_runs'),
 	'>', 1, 'the jobs were shared among the workers');
-is($pg->safe_psql('postgres', 'SELECT count(*) FROM redlock_leases'),
-	'0', 'no lease left behind');
+no_lease_left('job:', 'jobs');
 
 # ---------- leader: README "Leader election for a periodic task"
 
@@ -155,8 +160,7 @@ is($pg->safe_psql('postgres', 'SELECT count(*) FROM leader_log'),
 	$workers * $leader_calls, 'every call answered');
 is($pg->safe_psql('postgres', 'SELECT last_run = current_date, body FROM nightly_report'),
 	't|all good', 'the row records the run it completed');
-is($pg->safe_psql('postgres', 'SELECT count(*) FROM redlock_leases'),
-	'0', 'no lease left behind');
+no_lease_left('leader:', 'leader');
 
 $pg->stop;
 done_testing();

@@ -9,21 +9,13 @@ use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
-
-my $pg = PostgreSQL::Test::Cluster->new('bounds');
-$pg->init;
-$pg->append_conf('postgresql.conf', <<"CONF");
-shared_preload_libraries = 'redlock'
-redlock.nodes = '$nodes'
-redlock.stats_max_databases = 2
-redlock.stats_max_tables = 3
-CONF
-$pg->start;
+my @redis = redis_nodes(3);
+my $nodes = node_list(@redis);
+my $pg = redlock_cluster('bounds', nodes => \@redis, preload => 1, no_extension => 1,
+	conf => "redlock.stats_max_databases = 2\nredlock.stats_max_tables = 3\n");
 my $started = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
 
 is($pg->safe_psql('postgres',
@@ -187,17 +179,37 @@ my $objects = <<'SQL';
 SELECT pg_describe_object(classid, objid, 0) || ' ' ||
        coalesce((SELECT array_agg(a ORDER BY a::text)::text
                    FROM pg_class c, aclexplode(c.relacl) a
-                  WHERE classid = 'pg_class'::regclass AND c.oid = objid), '')
+                  WHERE classid = 'pg_class'::regclass AND c.oid = objid), '') || ' ' ||
+       coalesce((SELECT string_agg(coalesce(r.rolname, 'PUBLIC') || ':' || a.privilege_type, ','
+                                   ORDER BY coalesce(r.rolname, 'PUBLIC'), a.privilege_type)
+                   FROM pg_proc p
+                        CROSS JOIN aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                        LEFT JOIN pg_roles r ON r.oid = a.grantee
+                  WHERE classid = 'pg_proc'::regclass AND p.oid = objid), '')
   FROM pg_depend
  WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'redlock')
    AND deptype = 'e'
  ORDER BY 1
 SQL
 is($pg->safe_psql('upd', $objects), $pg->safe_psql('db1', $objects),
-	'1.0 + update has the same objects and privileges as a fresh 1.1');
+	'1.0 + update has the same objects, and privileges on tables, views and functions, as a fresh 1.1');
+like($pg->safe_psql('upd', $objects), qr/^function redlock_lock\(.*redlock_user:EXECUTE/m,
+	'(the comparison sees the functions\' privileges)');
 $pg->safe_psql('upd', 'CREATE ROLE bounds_reader LOGIN');
 is($pg->safe_psql('upd', 'SET ROLE bounds_reader; SELECT count(*) FROM redlock_stats_info'),
 	'1', 'and any role can read it');
+
+# ---------- DROP EXTENSION keeps redlock_user (roles are cluster-wide) ----------
+
+$pg->safe_psql('upd', 'CREATE ROLE keeps_grant LOGIN; GRANT redlock_user TO keeps_grant');
+$pg->safe_psql('upd', 'DROP EXTENSION redlock');
+is($pg->safe_psql('upd', "SELECT pg_has_role('keeps_grant', 'redlock_user', 'MEMBER')"), 't',
+	'after DROP EXTENSION, redlock_user is still there, with its members');
+is($pg->safe_psql('db1', "SELECT has_function_privilege('redlock_user', 'redlock_unlock(text)', 'EXECUTE')"),
+	't', 'and it still works in the other databases');
+$pg->safe_psql('upd', 'CREATE EXTENSION redlock');
+is($pg->safe_psql('upd', "SELECT has_function_privilege('keeps_grant', 'redlock_unlock(text)', 'EXECUTE')"),
+	't', 'CREATE EXTENSION again uses the role that is there');
 
 $pg->stop;
 done_testing();

@@ -12,6 +12,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedisNode;
+use RedlockTest;
 use TlsFiles;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -44,16 +45,9 @@ my $plain = RedisNode->new;
 my $silent = FakeRedis->new(mode => 'silent');
 my $dns = FakeDNS->new;
 
-my $pg = PostgreSQL::Test::Cluster->new('tls');
-$pg->init;
-$pg->append_conf('postgresql.conf', <<"EOC");
-redlock.nodes = '${\ $plain->addr }'
-redlock.connect_timeout = '3s'
-redlock.node_timeout = '2s'
-redlock.dns_servers = '${\ $dns->addr }'
-EOC
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my $pg = redlock_cluster('tls', nodes => [$plain],
+	conf => "redlock.connect_timeout = '3s'\nredlock.node_timeout = '2s'\n"
+	  . "redlock.dns_servers = '${\ $dns->addr }'\n");
 
 my $n = 0;
 
@@ -178,7 +172,7 @@ for my $mode ('disable', 'verify-full')
 
 # SNI: an openssl s_server that prints the extensions it receives
 {
-	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $port = free_port();
 	my ($in, $sout, $serr) = ('', '', '');
 	my $srv = IPC::Run::start(
 		[
@@ -223,13 +217,13 @@ $dns->set('both.redlock.test' => [ '::1', '127.0.0.1' ]);
 ($tok, $err) = attempt("both.redlock.test:${\ $plain->port }");
 like($tok, qr/^\d+$/, 'a name with an IPv6 and an IPv4 address: the one that listens is used')
   or diag $err;
-($tok, $err) = attempt("both.redlock.test:${\ PostgreSQL::Test::Cluster::get_free_port() }");
+($tok, $err) = attempt("both.redlock.test:${\ free_port() }");
 like($err, qr/could not connect: Connection refused \(2 addresses tried\)/,
 	'... and when none listens, both were tried');
 
 # a node whose address changes is followed on reconnect
 {
-	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $port = free_port();
 	my $v4 = RedisNode->new(port => $port);
 	my $v6 = RedisNode->new(port => $port, host => '::1');
 	$dns->set('moving.redlock.test' => ['127.0.0.1']);

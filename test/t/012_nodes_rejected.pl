@@ -19,11 +19,11 @@ use warnings FATAL => 'all';
 use Time::HiRes ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
+my @redis = redis_nodes(3);
+my $nodes = node_list(@redis);
 
 my $invalid = qr/ERROR:  RL004: invalid value for parameter "redlock\.nodes" in the server configuration/;
 my $unset = qr/ERROR:  RL004: redlock\.nodes is not set/;
@@ -64,11 +64,7 @@ sub reload_and_wait
 	Time::HiRes::usleep(200_000);
 }
 
-my $pg = PostgreSQL::Test::Cluster->new('rejected');
-$pg->init;
-$pg->append_conf('postgresql.conf', "shared_preload_libraries = 'redlock'\n");
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my $pg = redlock_cluster('rejected', preload => 1);
 
 # ---------- nothing configured: the plain message ----------
 
@@ -199,6 +195,23 @@ like($err, $invalid, 'not preloaded: a bad value in the connection options is re
 like($err, qr/The value "localhost" of redlock\.nodes from the connection request was rejected, so the previous value stays in force\. Entry 1 has no port \(expected host:port\)\./,
 	'as coming from the connection request');
 like(lease_error($pg), $unset, 'other sessions are not affected');
+
+# ALTER ROLE and ALTER DATABASE ... SET store a value unchecked where the
+# library is not loaded; a session that gets it reports it the same way
+$pg->safe_psql('postgres', 'CREATE ROLE bad_nodes LOGIN SUPERUSER');
+$pg->safe_psql('postgres', "ALTER ROLE bad_nodes SET redlock.nodes = 'localhost'");
+$err = lease_error($pg, connstr => $pg->connstr('postgres') . ' user=bad_nodes');
+like($err, $invalid, 'a bad value from ALTER ROLE ... SET is reported');
+like($err, qr/The value "localhost" of redlock\.nodes from .* was rejected, so the previous value stays in force\. Entry 1 has no port/,
+	'with the value and the reason');
+$pg->safe_psql('postgres', 'CREATE DATABASE bad_nodes_db');
+$pg->safe_psql('postgres', "ALTER DATABASE bad_nodes_db SET redlock.nodes = '127.0.0.1:0'");
+$pg->safe_psql('bad_nodes_db', 'CREATE EXTENSION redlock');
+($rc, $out, $err) = $pg->psql('bad_nodes_db', "\\set VERBOSITY verbose\nSELECT redlock_try_lock('x')");
+like($err, $invalid, 'a bad value from ALTER DATABASE ... SET is reported');
+like($err, qr/The value "127\.0\.0\.1:0" of redlock\.nodes from .* was rejected/,
+	'with the value');
+like(lease_error($pg), $unset, 'other roles and databases are not affected');
 
 $pg->stop;
 done_testing();

@@ -1,63 +1,31 @@
 # Two PostgreSQL servers sharing the Redis nodes: a release on one wakes a
 # waiter on the other at once (the wake-up worker hears it from the nodes),
-# with redlock.retry_delay at 10 s so that polling cannot explain it.  Real
+# with redlock.retry_delay at 60 s so that polling cannot explain it.  Real
 # Redis nodes and two real clusters.
 use strict;
 use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
+my @redis = redis_nodes(3);
+my ($east, $west) = redlock_pair(nodes => \@redis,
+	conf => "redlock.retry_delay = '60s'\nredlock.retry_jitter = 0\n");
 
-my @pg;
-for my $name ('east', 'west')
-{
-	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
-	$node->append_conf('postgresql.conf',
-		"shared_preload_libraries = 'redlock'\nredlock.nodes = '$nodes'\n"
-		  . "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION redlock');
-	push @pg, $node;
-}
-my ($east, $west) = @pg;
-
-# every node has a subscriber for the key: the west server listens
-sub subscribed
-{
-	my ($key) = @_;
-	for (1 .. 100)
-	{
-		my $all = 1;
-		for my $r (@redis)
-		{
-			my $out = $r->cli('PUBSUB', 'NUMSUB', $key);
-			$all = 0 unless $out =~ /\n1$/;
-		}
-		return 1 if $all;
-		usleep(50_000);
-	}
-	return 0;
-}
+# a waiter granted well before its backstop (retry_delay, 60 s, the most it
+# can be) was woken; half of it leaves a busy machine room
+my $woken_within = 30;
 
 # a waiter on west for $res; returns the session once it is queued and heard
 sub west_waiter
 {
 	my ($res) = @_;
-	my $w = $west->background_psql('postgres', on_error_stop => 0);
-	$w->query_until(qr/waiting/,
-		"\\echo waiting\nSELECT redlock_lock('$res', 60000) AS got \\gset\n");
-	$west->poll_query_until('postgres',
-		"SELECT count(*) > 0 FROM redlock_locks WHERE resource = '$res' AND NOT granted")
-	  or die "no waiter";
-	ok(subscribed("redlock:lock:$res"), "west's wake-up worker listens for $res on every node");
-	return $w;
+	my ($w, $pid) = start_waiter($west, $res);
+	ok(subscribed("redlock:lock:$res", @redis), "west's wake-up worker listens for $res on every node");
+	return wantarray ? ($w, $pid) : $w;
 }
 
 like($west->safe_psql('postgres',
@@ -73,7 +41,7 @@ $h->query_safe("SELECT redlock_unlock('x:a')");
 my $t2 = $w->query_safe('SELECT :got');
 my $took = time - $t0;
 cmp_ok($t2, '>', $t1, 'the west waiter got the lease with a newer token');
-cmp_ok($took, '<', 5, "east's release woke it (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
+cmp_ok($took, '<', $woken_within, "east's release woke it (${\ sprintf '%.2f', $took }s; retry_delay is 60 s)");
 $w->query_safe("SELECT redlock_unlock('x:a')");
 $w->quit;
 
@@ -84,31 +52,30 @@ $t0 = time;
 $east->safe_psql('postgres', "SELECT pg_terminate_backend($hpid)");
 $w->query_safe('SELECT :got');
 $took = time - $t0;
-cmp_ok($took, '<', 5, "the east holder's exit woke the west waiter (${\ sprintf '%.2f', $took }s)");
+cmp_ok($took, '<', $woken_within, "the east holder's exit woke the west waiter (${\ sprintf '%.2f', $took }s)");
 $w->query_safe("SELECT redlock_unlock('x:b')");
 $w->quit;
 
-# --- no longer awaited: the worker unsubscribes
-my $gone = 0;
-for (1 .. 100)
-{
-	$gone = 1, last
-	  unless grep { $_->cli('PUBSUB', 'NUMSUB', 'redlock:lock:x:a') =~ /\n1$/ } @redis;
-	usleep(50_000);
-}
-ok($gone, 'keys nobody waits for are unsubscribed');
+# --- no longer awaited: the worker unsubscribes, 2 s after the last waiter
+# left (it left when it was granted, after $t0: a lower bound, which load
+# can only make longer)
+ok(unsubscribed('redlock:lock:x:a', @redis), 'keys nobody waits for are unsubscribed');
+ok(unsubscribed('redlock:lock:x:b', @redis), 'x:b too');
+my $kept = time - $t0;
+cmp_ok($kept, '>=', 2,
+	"x:b stayed subscribed at least 2 s after its last waiter (${\ sprintf '%.2f', $kept }s)");
 
 # --- a node restarted: the worker subscribes again on the new connection
 $h = $east->background_psql('postgres', on_error_stop => 0);
 $h->query_safe("SELECT redlock_lock('x:c', 60000)");
 $w = west_waiter('x:c');
 $redis[0]->restart;
-ok(subscribed('redlock:lock:x:c'), 'after a node restart the worker listens there again');
+ok(subscribed('redlock:lock:x:c', @redis), 'after a node restart the worker listens there again');
 $t0 = time;
 $h->query_safe("SELECT redlock_unlock('x:c')");
 $w->query_safe('SELECT :got');
 $took = time - $t0;
-cmp_ok($took, '<', 5, "and the release still wakes the waiter (${\ sprintf '%.2f', $took }s)");
+cmp_ok($took, '<', $woken_within, "and the release still wakes the waiter (${\ sprintf '%.2f', $took }s)");
 $w->query_safe("SELECT redlock_unlock('x:c')");
 $w->quit;
 $h->quit;
@@ -121,20 +88,15 @@ $h = $east->background_psql('postgres', on_error_stop => 0);
 $h->query_safe("SELECT redlock_lock('x:race', 60000)");
 my $wkr = $west->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
 kill 'STOP', $wkr;
-$w = $west->background_psql('postgres', on_error_stop => 0);
-$w->query_until(qr/waiting/, "\\echo waiting\nSELECT redlock_lock('x:race', 60000) AS got \\gset\n");
-$west->poll_query_until('postgres',
-	"SELECT count(*) > 0 FROM redlock_locks WHERE resource = 'x:race' AND NOT granted")
-  or die 'no waiter on x:race';
-$west->poll_query_until('postgres',
-	"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE query LIKE '%x:race%' AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
-  or die 'the west waiter is not asleep';
+($w, my $race_pid) = start_waiter($west, 'x:race');
+is(wait_event_of($west, $race_pid), 'Extension/' . expected_wait_event($west, 'lease'),
+	'the waiter shows the lease wait event');
 $h->query_safe("SELECT redlock_unlock('x:race')");    # nobody listens yet
 $t0 = time;
 kill 'CONT', $wkr;
 like($w->query_safe('SELECT :got'), qr/^\d+$/, 'a release before the subscription: the waiter still gets the lease');
 $took = time - $t0;
-cmp_ok($took, '<', 5, "once the worker subscribed (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
+cmp_ok($took, '<', $woken_within, "once the worker subscribed (${\ sprintf '%.2f', $took }s; retry_delay is 60 s)");
 $w->query_safe("SELECT redlock_unlock('x:race')");
 $w->quit;
 $h->quit;
@@ -146,15 +108,31 @@ $h->quit;
 $west->safe_psql('postgres', "ALTER SYSTEM SET redlock.node_timeout = '10s'; SELECT pg_reload_conf()");
 $h = $east->background_psql('postgres', on_error_stop => 0);
 $h->query_safe("SELECT redlock_lock('x:m', 60000)");
-$w = west_waiter('x:m');
-$west->poll_query_until('postgres',
-	"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE query LIKE '%x:m%' AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
-  or die 'the west waiter is not asleep';
-my $attempts = sub { $west->safe_psql('postgres', 'SELECT attempts FROM redlock_stats') };
+($w, my $mpid) = west_waiter('x:m');
+settled($west, $mpid);
+my $mon = $west->background_psql('postgres', on_error_stop => 0);
+my $attempts = sub { $mon->query_safe('SELECT attempts FROM redlock_stats') };
 my $a0 = $attempts->();
+# watched for half of node_timeout after the publication (the worker hears
+# it after redis-cli returns: the window is at least that long)
+$t0 = time;
 $redis[0]->cli('PUBLISH', 'redlock:lock:x:m', '');
-sleep 1;
-is($attempts->(), $a0, 'a release heard from one node of three does not wake the waiter');
+my $quiet = 1;
+while (time - $t0 < 5)
+{
+	$quiet = 0, last if $attempts->() ne $a0;
+	usleep(200_000);
+}
+{
+	# Watched over the window instead of its first second, the waiter was
+	# seen asking the nodes after a single node's (empty) publication, with
+	# the unchanged src/: in 4 of 5 runs on a busy machine (0.7 s and 0.9 s
+	# after it where the waiter had settled first, for 0.3 s and 6 s).
+	# For src/wakeup.c or handoff_remote.c to explain (the old check
+	# watched 1 s and could not see it): reported, not hidden.
+	local $TODO = 'a single node\'s publication wakes the waiter about 1 s later';
+	ok($quiet, 'a release heard from one node of three does not wake the waiter (watched 5 s of its 10 s node_timeout)');
+}
 $redis[1]->cli('PUBLISH', 'redlock:lock:x:m', '');
 my $woke = 0;
 for (1 .. 50)
@@ -168,6 +146,7 @@ like($w->query_safe('SELECT :got'), qr/^\d+$/, 'and the real release grants it')
 $w->query_safe("SELECT redlock_unlock('x:m')");
 $w->quit;
 $h->quit;
+$mon->quit;
 $west->safe_psql('postgres', "ALTER SYSTEM RESET redlock.node_timeout; SELECT pg_reload_conf()");
 
 # --- who holds a resource, asked from the other server
@@ -188,21 +167,28 @@ is($west->safe_psql('postgres', "SELECT count(*) FROM redlock_holder('x:who')"),
 	'nobody holds it once released');
 $h->quit;
 
-# --- a lost message costs latency, never liveness: without the worker the
-# waiter still gets the lease at its backstop (retry_delay, 1 s here)
-$west->safe_psql('postgres', "ALTER SYSTEM SET redlock.retry_delay = '1s'; SELECT pg_reload_conf()");
+# --- a lost message costs latency, never liveness: the wake-up worker is
+# stopped (SIGSTOP: it neither hears the release nor restarts and
+# subscribes anew), so only the waiter's backstop (retry_delay, 500 ms
+# here) can get it the lease.  Without the backstop it waits until its
+# lock_timeout (8 s from its start, the release comes about 3 s after it)
+# and fails.  (A waiter with no backstop was seen woken about 10 s after
+# its start anyway: the limit stays below that.)
+$west->safe_psql('postgres', "ALTER SYSTEM SET redlock.retry_delay = '500ms'; SELECT pg_reload_conf()");
+$west->poll_query_until('postgres', "SELECT current_setting('redlock.retry_delay') = '500ms'")
+  or die 'the reload did not take';
 $h = $east->background_psql('postgres', on_error_stop => 0);
 $h->query_safe("SELECT redlock_lock('x:d', 60000)");
 my $wk = $west->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
-my $w2 = $west->background_psql('postgres', on_error_stop => 0);
-$w2->query_until(qr/waiting/, "\\echo waiting\nSELECT redlock_lock('x:d', 60000) AS got \\gset\n");
-$west->poll_query_until('postgres',
-	"SELECT count(*) > 0 FROM redlock_locks WHERE resource = 'x:d' AND NOT granted");
-$west->safe_psql('postgres', "SELECT pg_terminate_backend($wk)");
+like($wk, qr/^\d+$/, 'the wake-up worker runs');
+my ($w2) = start_waiter($west, 'x:d', set => "SET lock_timeout = '8s'");
+kill 'STOP', $wk;
 $h->query_safe("SELECT redlock_unlock('x:d')");
-like($w2->query_safe('SELECT :got'), qr/^\d+$/, 'without the wake-up worker the waiter still gets the lease');
+like($w2->query('SELECT :got'), qr/^\d+$/, 'without the wake-up worker the waiter still gets the lease')
+  or diag $w2->{stderr};
+kill 'CONT', $wk;
 $w2->quit;
 $h->quit;
 
-$_->stop for @pg;
+$_->stop for $east, $west;
 done_testing();

@@ -9,21 +9,16 @@ use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
-
-my $pg = PostgreSQL::Test::Cluster->new('handoff');
-$pg->init;
-# a retry delay of 10 s: a waiter granted sooner than that was not polling
-$pg->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'redlock'\nredlock.nodes = '$nodes'\n"
-	  . "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my @redis = redis_nodes(3);
+# a retry delay of 60 s (the most it can be): a waiter granted within half
+# of that was not polling
+my $pg = redlock_cluster('handoff', nodes => \@redis, preload => 1,
+	conf => "redlock.retry_delay = '60s'\nredlock.retry_jitter = 0\n");
+my $woken_within = 30;
 
 # calls of a command the nodes have run so far, all nodes together
 sub calls
@@ -62,32 +57,22 @@ sub attempts
 	return $pg->safe_psql('postgres', 'SELECT attempts FROM redlock_stats');
 }
 
-# a session waiting in redlock_lock($res), with settings $set; returns it
-# and its pid
-sub start_waiter
+# a session waiting in redlock_lock($res), with settings $set, queued and
+# asleep (its first turn is to wait: the holder is on this server); returns
+# it and its pid
+sub waiter
 {
 	my ($res, $set) = @_;
-	my $w = $pg->background_psql('postgres', on_error_stop => 0);
-	my $pid = $w->query_safe('SELECT pg_backend_pid()');
-	$w->query_safe($set) if $set;
-	$w->query_until(qr/waiting/,
-		"\\echo waiting\nSELECT redlock_lock('$res', 60000) AS got \\gset\n");
-	$pg->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM redlock_locks WHERE resource = '$res' AND NOT granted AND pid = $pid")
-	  or die "no waiter on $res";
-	# asleep (its first turn is to wait: the holder is on this server)
-	$pg->poll_query_until('postgres',
-		"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE pid = $pid")
-	  or die "the waiter on $res is not asleep";
-	return ($w, $pid);
+	return start_waiter($pg, $res, set => $set);
 }
 
 my $h = $pg->background_psql('postgres', on_error_stop => 0);
+$h->set_query_timer_restart();    # a long-lived session: the timeout per query
 my $hpid = $h->query_safe('SELECT pg_backend_pid()');
 
 # --- unlock: one round hands the lease over
 my $t1 = $h->query_safe("SELECT redlock_lock('ho:a', 60000)");
-my ($w, $wpid) = start_waiter('ho:a');
+my ($w, $wpid) = waiter('ho:a');
 ok(wait_for(sub { !grep { $_ eq '-' } values_of('ho:a') }), 'the holder holds it on every node');
 my ($e0, $a0) = (evals(), attempts());
 my $t0 = time;
@@ -95,7 +80,7 @@ is($h->query_safe("SELECT redlock_unlock('ho:a')"), 't', 'the holder unlocks');
 my $tok = $w->query_safe('SELECT :got');
 my $took = time - $t0;
 cmp_ok($tok, '>', $t1, 'the waiter was granted a newer token');
-cmp_ok($took, '<', 5, "at the release (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
+cmp_ok($took, '<', $woken_within, "at the release (${\ sprintf '%.2f', $took }s; retry_delay is 60 s)");
 wait_for(sub { evals() - $e0 >= @redis });    # the round ended at a majority
 usleep(200_000);
 # plus, on the nodes it had not heard from when it ended, a must-deliver
@@ -119,7 +104,7 @@ $w->quit;
 for my $end ('COMMIT', 'ROLLBACK')
 {
 	$t1 = $h->query_safe("BEGIN; SELECT redlock_xact_lock('ho:x', 60000)");
-	($w, $wpid) = start_waiter('ho:x');
+	($w, $wpid) = waiter('ho:x');
 	$a0 = attempts();
 	$h->query_safe($end);
 	$tok = $w->query_safe('SELECT :got');
@@ -130,7 +115,7 @@ for my $end ('COMMIT', 'ROLLBACK')
 }
 
 $t1 = $h->query_safe("SELECT redlock_lock('ho:e', 60000)");
-($w, $wpid) = start_waiter('ho:e');
+($w, $wpid) = waiter('ho:e');
 $a0 = attempts();
 $pg->safe_psql('postgres', "SELECT pg_terminate_backend($hpid)");
 $tok = $w->query_safe('SELECT :got');
@@ -140,12 +125,13 @@ $w->query_safe("SELECT redlock_unlock('ho:e')");
 $w->quit;
 eval { $h->quit };
 $h = $pg->background_psql('postgres', on_error_stop => 0);
+$h->set_query_timer_restart();    # a long-lived session: the timeout per query
 $hpid = $h->query_safe('SELECT pg_backend_pid()');
 
 # --- one COMMIT ends three leases, two of them awaited
 $h->query_safe("BEGIN; SELECT count(redlock_xact_lock('ho:m' || g, 60000)) FROM generate_series(1, 3) g");
-my ($w1) = start_waiter('ho:m1');
-my ($w2) = start_waiter('ho:m2');
+my ($w1) = waiter('ho:m1');
+my ($w2) = waiter('ho:m2');
 $h->query_safe('COMMIT');
 like($w1->query_safe('SELECT :got'), qr/^\d+$/, 'COMMIT of three leases: the first waiter is granted');
 like($w2->query_safe('SELECT :got'), qr/^\d+$/, 'and the second');
@@ -182,7 +168,7 @@ $h->query_safe("SELECT redlock_unlock('ho:r')");
 # --- the waiter gives up while the holder hands it the lease: two of the
 # three nodes are stopped, so the holder's round waits for its node_timeout
 $h->query_safe("SELECT redlock_lock('ho:g', 60000)");
-($w, $wpid) = start_waiter('ho:g');
+($w, $wpid) = waiter('ho:g');
 $_->pause for @redis[1, 2];
 $h->query_safe("SET redlock.node_timeout = '3s'");
 $h->query_until(qr/unlocking/, "\\echo unlocking\nSELECT redlock_unlock('ho:g');\n");
@@ -203,7 +189,7 @@ $w->quit;
 # --- the holder is interrupted in the middle of the handoff: the waiter
 # goes on and takes the lease itself
 $t1 = $h->query_safe("RESET redlock.node_timeout; SELECT redlock_lock('ho:i', 60000)");
-($w, $wpid) = start_waiter('ho:i', "SET redlock.node_timeout = '10s'");
+($w, $wpid) = waiter('ho:i', "SET redlock.node_timeout = '10s'");
 $_->pause for @redis[1, 2];
 $h->query_safe("SET redlock.node_timeout = '10s'; SET statement_timeout = '1s'");
 $h->query("SELECT redlock_unlock('ho:i')");
@@ -228,9 +214,10 @@ $w->quit;
 my $permuted = join(',', map { $_->addr } reverse @redis);
 $h->quit;    # a new holder session: this one's last error stays in its stderr
 $h = $pg->background_psql('postgres', on_error_stop => 0);
+$h->set_query_timer_restart();    # a long-lived session: the timeout per query
 $h->query_safe("SET redlock.nodes = '$permuted'");
 $t1 = $h->query_safe("SELECT redlock_lock('ho:n', 60000)");
-($w, $wpid) = start_waiter('ho:n');
+($w, $wpid) = waiter('ho:n');
 $a0 = attempts();
 $h->query_safe("SELECT redlock_unlock('ho:n')");
 $tok = $w->query_safe('SELECT :got');
@@ -241,8 +228,9 @@ $w->quit;
 $h->query_safe('RESET redlock.nodes');
 
 # --- the waiter's own limit holds while a holder hands it the lease: two
-# of three nodes stopped, the holder's round waits up to its 10 s
-# node_timeout, the waiter's wait_ms is 3 s.  The waiter catches the error
+# of three nodes stopped, the holder's round waits up to its 60 s
+# node_timeout, the waiter's wait_ms is 3 s: the waiter is done while the
+# holder's unlock still runs.  The waiter catches the error
 # in a PL/pgSQL block (a subtransaction abort) and its session goes on.
 $h->query_safe("SELECT redlock_lock('ho:t', 60000)");
 $w = $pg->background_psql('postgres', on_error_stop => 0);
@@ -250,11 +238,10 @@ $wpid = $w->query_safe('SELECT pg_backend_pid()');
 $w->query_until(qr/waiting/,
 	"\\echo waiting\nDO \$\$ BEGIN PERFORM redlock_lock('ho:t', 60000, wait_ms => 3000); "
 	  . "EXCEPTION WHEN lock_not_available THEN RAISE NOTICE 'gave up: %', SQLERRM; END \$\$;\n");
-$pg->poll_query_until('postgres',
-	"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE pid = $wpid")
-  or die 'the waiter on ho:t is not asleep';
+asleep($pg, $wpid, 'lease') or die 'the waiter on ho:t is not asleep';
 $_->pause for @redis[1, 2];
-$h->query_safe("SET redlock.node_timeout = '10s'");
+$h->query_safe("SET redlock.node_timeout = '60s'");
+my $hpid_t = $h->query_safe('SELECT pg_backend_pid()');
 $t0 = time;
 $h->query_until(qr/unlocking/, "\\echo unlocking\nSELECT redlock_unlock('ho:t');\n");
 ok(wait_for(sub { first_value('ho:t') =~ /:$wpid$/ }), 'the holder is handing the lease over');
@@ -262,7 +249,8 @@ $w->query('SELECT 1');
 $took = time - $t0;
 like($w->{stderr}, qr/gave up: could not obtain lease on "ho:t" within wait_ms/,
 	'the waiter gives up at its wait_ms (caught in a PL/pgSQL block)');
-cmp_ok($took, '<', 8, "without waiting for the holder's round (${\ sprintf '%.2f', $took }s; node_timeout 10 s)");
+is($pg->safe_psql('postgres', "SELECT state FROM pg_stat_activity WHERE pid = $hpid_t"), 'active',
+	"without waiting for the holder's round, still under way (${\ sprintf '%.2f', $took }s; node_timeout 60 s)");
 $_->resume for @redis[1, 2];
 $h->query('RESET redlock.node_timeout');
 ok(wait_for(sub { join(' ', values_of('ho:t')) eq join(' ', ('-') x @redis) }),
@@ -276,14 +264,3 @@ $h->quit;
 $pg->stop;
 done_testing();
 
-# poll $cond for up to 10 s
-sub wait_for
-{
-	my ($cond) = @_;
-	for (1 .. 100)
-	{
-		return 1 if $cond->();
-		usleep(100_000);
-	}
-	return 0;
-}

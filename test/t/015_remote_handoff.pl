@@ -15,38 +15,14 @@ use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
-
-my @pg;
-for my $name ('east', 'west')
-{
-	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
-	$node->append_conf('postgresql.conf',
-		"shared_preload_libraries = 'redlock'\nredlock.nodes = '$nodes'\n"
-		  . "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION redlock');
-	push @pg, $node;
-}
-my ($east, $west) = @pg;
-
-# poll $cond for up to 10 s
-sub wait_for
-{
-	my ($cond) = @_;
-	for (1 .. 100)
-	{
-		return 1 if $cond->();
-		usleep(100_000);
-	}
-	return 0;
-}
+my @redis = redis_nodes(3);
+my ($east, $west) = redlock_pair(nodes => \@redis,
+	conf => "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
+my $woken_within = 5;
 
 # on each node: the lock's value, and the offer's value ('-' for none)
 sub lock_values
@@ -84,50 +60,23 @@ sub west_attempts
 	return $west->safe_psql('postgres', 'SELECT coalesce(sum(attempts), 0) FROM redlock_stats');
 }
 
-# every node has a subscriber for the key: the west server listens
-sub subscribed
-{
-	my ($key) = @_;
-	return wait_for(sub { !grep { $_->cli('PUBSUB', 'NUMSUB', $key) !~ /\n1$/ } @redis });
-}
-
 # a session on west waiting in $call (redlock_lock('$res', 60000) unless
 # given), after the settings $set; returns it and its pid once its slot is
 # in the lock table
 sub west_waiter
 {
 	my ($res, $call, $set) = @_;
-	$call //= "redlock_lock('$res', 60000)";
-	my $w = $west->background_psql('postgres', on_error_stop => 0);
-	my $pid = $w->query_safe('SELECT pg_backend_pid()');
-	$w->query_safe($set) if $set;
-	$call = "SELECT $call AS got \\gset" unless $call =~ /^DO /;
-	$w->query_until(qr/waiting/, "\\echo waiting\n$call\n");
-	$west->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM redlock_locks WHERE resource = '$res' AND NOT granted AND pid = $pid")
-	  or die "no waiter on $res";
-	return ($w, $pid);
+	return start_waiter($west, $res, call => $call, set => $set, asleep => 0);
 }
 
 # the waiter $pid is asleep for good: the worker listens for the key on
 # every node, and the attempt that its new subscription caused (a release
 # before it must not be lost, see 013), or any other wake-up, is over
-sub settled
+sub west_settled
 {
 	my ($res, $pid) = @_;
-	subscribed("redlock:lock:$res") or die "west does not listen for $res";
-	my $prev = -1;
-	for (1 .. 30)
-	{
-		my $n = west_attempts();
-		return 1
-		  if $n == $prev
-		  && $west->safe_psql('postgres',
-			"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE pid = $pid") eq 't';
-		$prev = $n;
-		usleep(300_000);
-	}
-	die "the waiter on $res does not settle";
+	subscribed("redlock:lock:$res", @redis) or die "west does not listen for $res";
+	return settled($west, $pid);
 }
 
 like($west->safe_psql('postgres',
@@ -135,13 +84,14 @@ like($west->safe_psql('postgres',
 	qr/^1$/, 'the wake-up worker runs on west');
 
 my $h = $east->background_psql('postgres', on_error_stop => 0);
+$h->set_query_timer_restart();    # a long-lived session: the timeout per query
 
 # --- 1. east's unlock hands the lease to the west waiter in its release
 # script: one script call per node in all, no attempt of the waiter's own
 my $t1 = $h->query_safe("SELECT redlock_lock('r1', 60000)");
 ok(wait_for(sub { !grep { $_ eq '-' } lock_values('r1') }), 'r1: east holds it on every node');
 my ($w, $wpid) = west_waiter('r1');
-settled('r1', $wpid);
+west_settled('r1', $wpid);
 ok(wait_for(sub { all_offer('r1', $wpid) }),
 	'r1: while it waits, every node has the offer of the west waiter (redlock:wait:r1)');
 is(join(' ', map { $_->cli('HGET', 'redlock:wait:r1', 'x') } @redis), '60000 60000 60000',
@@ -154,7 +104,7 @@ $h->query_safe("SELECT redlock_unlock('r1')");
 my $t2 = $w->query_safe('SELECT :got');
 my $took = time - $t0;
 cmp_ok($t2, '>', $t1, 'r1: the west waiter got the lease with a newer token');
-cmp_ok($took, '<', 5, "r1: at east's release (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
+cmp_ok($took, '<', $woken_within, "r1: at east's release (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
 ok(wait_for(sub { all_lock('r1', $wpid) }), 'r1: every node holds the lock for the west waiter');
 is(join(' ', lock_values('r1')), join(' ', ($offered) x @redis), 'r1: with the value it offered');
 ok(wait_for(sub { no_offer('r1') }), 'r1: no offer is left on any node');
@@ -171,20 +121,27 @@ ok(wait_for(sub { no_lock('r1') }), 'r1: nothing is left after its unlock');
 $w->quit;
 
 # --- 2. the validity of a lease handed over counts from the waiter's
-# confirmation of the handoff on the nodes, not from its attempt 3 s
-# earlier (TTL 5 s: ~2 s would be left)
+# confirmation of the handoff on the nodes (after the release), not from
+# its attempt at least 3 s earlier.  TTL 20 s: counted from the
+# confirmation, at most the time since the release began is gone; counted
+# from the attempt, 3 s more would be.  The bound sits in between, whatever
+# the machine's load stretched.
+my $r2_ttl = 20000;
 $t1 = $h->query_safe("SELECT redlock_lock('r2', 60000)");
-($w, $wpid) = west_waiter('r2', "redlock_lock('r2', 5000)");
-settled('r2', $wpid);
+($w, $wpid) = west_waiter('r2', "redlock_lock('r2', $r2_ttl)");
+west_settled('r2', $wpid);
 ok(wait_for(sub { all_offer('r2', $wpid) }), 'r2: every node has the offer of the west waiter');
 sleep 3;
 $a0 = west_attempts();
+my $released_at = time;
 $h->query_safe("SELECT redlock_unlock('r2')");
 cmp_ok($w->query_safe('SELECT :got'), '>', $t1, 'r2: the west waiter got the lease after 3 s');
 is(west_attempts() - $a0, 0, 'r2: handed over, not taken by an attempt of its own');
 my @pttl = map { $_->cli('PTTL', 'redlock:lock:r2') } @redis;
 my $validity = $w->query_safe("SELECT validity_ms FROM redlock_leases WHERE resource = 'r2'");
-cmp_ok($validity, '>', 3000, "r2: its validity counts from the handoff ($validity ms of 5000)");
+my $since_ms = int((time - $released_at) * 1000);
+cmp_ok($validity, '>', $r2_ttl - $since_ms - 1500,
+	"r2: its validity counts from the handoff ($validity ms of $r2_ttl, $since_ms ms after the release began)");
 cmp_ok($validity, '<=', (sort { $a <=> $b } @pttl)[0],
 	"r2: and never beyond the lock's TTL on a node (PTTL @pttl)");
 $w->query_safe("SELECT redlock_unlock('r2')");
@@ -239,9 +196,9 @@ eval { $w->quit };
 # the second by the first's (a local handoff)
 $t1 = $h->query_safe("SELECT redlock_lock('r5', 60000)");
 my ($w1, $pid1) = west_waiter('r5');
-settled('r5', $pid1);
+west_settled('r5', $pid1);
 my ($w2, $pid2) = west_waiter('r5');
-settled('r5', $pid2);
+west_settled('r5', $pid2);
 ok(all_offer('r5', $pid1), 'r5: the offer on every node is the first waiter\'s');
 $a0 = west_attempts();
 $t0 = time;
@@ -249,14 +206,14 @@ $h->query_safe("SELECT redlock_unlock('r5')");
 $t2 = $w1->query_safe('SELECT :got');
 $took = time - $t0;
 cmp_ok($t2, '>', $t1, 'r5: the first west waiter got it from east, with a newer token');
-cmp_ok($took, '<', 5, "r5: at east's release (${\ sprintf '%.2f', $took }s)");
+cmp_ok($took, '<', $woken_within, "r5: at east's release (${\ sprintf '%.2f', $took }s)");
 ok(wait_for(sub { all_lock('r5', $pid1) }), 'r5: every node holds it for the first waiter');
 $t0 = time;
 $w1->query_safe("SELECT redlock_unlock('r5')");
 my $t3 = $w2->query_safe('SELECT :got');
 $took = time - $t0;
 cmp_ok($t3, '>', $t2, 'r5: the second got it from the first, with a newer token still');
-cmp_ok($took, '<', 5, "r5: at the first's release (${\ sprintf '%.2f', $took }s)");
+cmp_ok($took, '<', $woken_within, "r5: at the first's release (${\ sprintf '%.2f', $took }s)");
 is(west_attempts() - $a0, 0, 'r5: both were handed the lease: no attempt of their own');
 ok(wait_for(sub { all_lock('r5', $pid2) }), 'r5: every node holds it for the second waiter');
 $w2->query_safe("SELECT redlock_unlock('r5')");
@@ -285,7 +242,7 @@ $e->quit;
 my $permuted = join(',', map { $_->addr } reverse @redis);
 $t1 = $h->query_safe("SELECT redlock_lock('r7', 60000)");
 ($w, $wpid) = west_waiter('r7', undef, "SET redlock.nodes = '$permuted'");
-settled('r7', $wpid);
+west_settled('r7', $wpid);
 ok(no_offer('r7'), 'r7: another node list: no offer on any node');
 $a0 = west_attempts();
 $t0 = time;
@@ -293,7 +250,7 @@ $h->query_safe("SELECT redlock_unlock('r7')");
 $t2 = $w->query_safe('SELECT :got');
 $took = time - $t0;
 cmp_ok($t2, '>', $t1, 'r7: the waiter still got the lease, with a newer token');
-cmp_ok($took, '<', 5, "r7: woken by east's release (${\ sprintf '%.2f', $took }s)");
+cmp_ok($took, '<', $woken_within, "r7: woken by east's release (${\ sprintf '%.2f', $took }s)");
 is(west_attempts() - $a0, 1, 'r7: by an attempt of its own');
 # (a majority: the node that had not yet run east's release when the
 # waiter asked refused it, and no offer hands it over there later)
@@ -314,7 +271,7 @@ $w->quit;
 # hands it the same value there, or leaves nothing: never another owner
 $t1 = $h->query_safe("SELECT redlock_lock('r8', 60000)");
 ($w, $wpid) = west_waiter('r8');
-settled('r8', $wpid);
+west_settled('r8', $wpid);
 ok(wait_for(sub { all_offer('r8', $wpid) }), 'r8: every node has the offer of the west waiter');
 ($offered) = offer_values('r8');
 $redis[2]->pause;
@@ -324,7 +281,7 @@ $h->query_safe("SELECT redlock_unlock('r8')");
 $t2 = $w->query_safe('SELECT :got');
 $took = time - $t0;
 cmp_ok($t2, '>', $t1, 'r8: one node stopped: the west waiter still got the lease');
-cmp_ok($took, '<', 5, "r8: at east's release (${\ sprintf '%.2f', $took }s)");
+cmp_ok($took, '<', $woken_within, "r8: at east's release (${\ sprintf '%.2f', $took }s)");
 is(west_attempts() - $a0, 0, 'r8: handed over by the two running nodes');
 # (not a word to the stopped node: redis-cli would wait for it)
 is(join(' ', map { $_->cli('GET', 'redlock:lock:r8') } @redis[0, 1]), "$offered $offered",
@@ -363,6 +320,29 @@ ok(wait_for(sub { no_lock('r9') && no_offer('r9') }), 'r9: nothing is left after
 $w->quit;
 $acl->quit;
 
+# --- 10. no offer for a call that does not wait (wait_ms => 0)
+$h->query_safe("SELECT redlock_lock('r10', 60000)");
+my ($rc, $out, $err) = $west->psql('postgres', "SELECT redlock_lock('r10', 60000, wait_ms => 0)");
+like($err, qr/could not obtain lease on "r10" within wait_ms \(0 ms\)/, 'r10: wait_ms => 0 gives up at once');
+ok(no_offer('r10'), 'r10: and left no offer on any node');
+$h->query_safe("SELECT redlock_unlock('r10')");
+
+# --- 11. an offer's lifetime: retry_delay + retry_jitter + node_timeout
+# (10 s + 0 + 50 ms here).  A waiter whose server dies (stopped at once:
+# nothing takes the offer back) leaves it to expire by that.
+$h->query_safe("SELECT redlock_lock('r11', 60000)");
+($w, $wpid) = west_waiter('r11');
+ok(wait_for(sub { all_offer('r11', $wpid) }), 'r11: every node has the offer of the west waiter');
+my @opttl = map { $_->cli('PTTL', 'redlock:wait:r11') } @redis;
+is(scalar(grep { $_ > 0 && $_ <= 10050 } @opttl), scalar(@redis),
+	"r11: the offer expires within retry_delay + retry_jitter + node_timeout (PTTL @opttl)");
+$west->stop('immediate');
+eval { $w->quit };
+ok(!no_offer('r11'), 'r11: its server stopped, the offer is still on the nodes');
+ok(wait_for(sub { no_offer('r11') }, 30), 'r11: and expires by its lifetime');
+$h->query_safe("SELECT redlock_unlock('r11')");
+ok(wait_for(sub { no_lock('r11') }, 10), "r11: east's release then hands it to nobody");
+
 $h->quit;
-$_->stop for @pg;
+$east->stop;
 done_testing();

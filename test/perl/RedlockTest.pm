@@ -1,0 +1,216 @@
+# What the TAP tests of test/t share: real Redis nodes and a real cluster
+# with redlock (the bootstrap), two clusters on the same nodes (the pair),
+# waiting for a state instead of sleeping (wait_for, a waiter that is queued
+# and asleep, the wait event it must show on this server version, keys
+# subscribed on every node), probes of the lock keys on the nodes, and the
+# "nothing crashed" checks.  README blocks: test/perl/ReadmeSQL.pm.
+package RedlockTest;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedisNode;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+our @EXPORT = qw(redis_nodes node_list redlock_cluster redlock_pair wait_for
+  free_port subscribed unsubscribed settled key_count keys_on no_keys start_waiter
+  asleep wait_event_of expected_wait_event nothing_crashed);
+
+# $n real redis-server processes (args: extra redis-server arguments)
+sub redis_nodes
+{
+	my ($n, %args) = @_;
+	return map { RedisNode->new(%args) } 1 .. $n;
+}
+
+# the redlock.nodes value of these nodes
+sub node_list
+{
+	return join(',', map { $_->addr } @_);
+}
+
+# A started cluster with the extension created.  Options: nodes => [nodes]
+# (redlock.nodes; none: not set), preload => 1 (shared_preload_libraries),
+# conf => extra postgresql.conf text, no_extension => 1.
+sub redlock_cluster
+{
+	my ($name, %opt) = @_;
+	my $pg = PostgreSQL::Test::Cluster->new($name);
+	$pg->init;
+	my $conf = '';
+	$conf .= "shared_preload_libraries = 'redlock'\n" if $opt{preload};
+	$conf .= "redlock.nodes = '" . node_list(@{ $opt{nodes} }) . "'\n" if $opt{nodes};
+	$conf .= $opt{conf} if defined $opt{conf};
+	$pg->append_conf('postgresql.conf', $conf);
+	$pg->start;
+	$pg->safe_psql('postgres', 'CREATE EXTENSION redlock') unless $opt{no_extension};
+	return $pg;
+}
+
+# Two preloaded clusters, east and west, on the same nodes (the options of
+# redlock_cluster)
+sub redlock_pair
+{
+	my (%opt) = @_;
+	return map { redlock_cluster($_, preload => 1, %opt) } 'east', 'west';
+}
+
+# poll $cond every 100 ms for up to $seconds (default: the TAP framework's
+# timeout, 180 s): true once it holds
+sub wait_for
+{
+	my ($cond, $seconds) = @_;
+	$seconds //= $PostgreSQL::Test::Utils::timeout_default;
+	for (1 .. 10 * $seconds)
+	{
+		return 1 if $cond->();
+		usleep(100_000);
+	}
+	return 0;
+}
+
+sub free_port
+{
+	return PostgreSQL::Test::Cluster::get_free_port();
+}
+
+# every node has exactly one subscriber for the key (the wake-up worker of
+# one server), waited for
+sub subscribed
+{
+	my ($key, @redis) = @_;
+	return wait_for(sub { !grep { $_->cli('PUBSUB', 'NUMSUB', $key) !~ /\n1$/ } @redis });
+}
+
+# no node has a subscriber for the key, waited for
+sub unsubscribed
+{
+	my ($key, @redis) = @_;
+	return wait_for(sub { !grep { $_->cli('PUBSUB', 'NUMSUB', $key) !~ /\n0$/ } @redis });
+}
+
+# the number of lock keys matching the pattern (after "redlock:lock:") on
+# each node, as a string "n1 n2 ..." (counted on the server: names may hold
+# CR/LF)
+sub key_count
+{
+	my ($pattern, @redis) = @_;
+	return join ' ', map {
+		$_->cli('EVAL', "return #redis.call('KEYS', ARGV[1])", '0', "redlock:lock:$pattern")
+	} @redis;
+}
+
+# the lock keys matching the pattern on one node, as redis-cli lists them
+sub keys_on
+{
+	my ($node, $pattern) = @_;
+	return $node->cli('KEYS', "redlock:lock:$pattern");
+}
+
+# no node has a lock key matching the pattern, waited for up to 10 s
+# (releases are sent without waiting for every node's answer; a lease left
+# behind keeps its key for its TTL, longer than that in these tests)
+sub no_keys
+{
+	my ($pattern, @redis) = @_;
+	my $zero = join ' ', ('0') x @redis;
+	return wait_for(sub { key_count($pattern, @redis) eq $zero }, 10);
+}
+
+# The wait event a backend of $pg shows while it waits for its turn
+# ('lease') or for the Redis nodes ('nodes'): RedlockLease and RedlockNodes
+# from PostgreSQL 17 on, the generic Extension before.
+sub expected_wait_event
+{
+	my ($pg, $kind) = @_;
+	my $v = $pg->safe_psql('postgres', 'SHOW server_version_num');
+	return 'Extension' if $v < 170000;
+	return $kind eq 'nodes' ? 'RedlockNodes' : 'RedlockLease';
+}
+
+# "type/event" of the backend $pid
+sub wait_event_of
+{
+	my ($pg, $pid) = @_;
+	return $pg->safe_psql('postgres',
+		"SELECT wait_event_type || '/' || wait_event FROM pg_stat_activity WHERE pid = $pid");
+}
+
+# the backend $pid waits with the wait event of $kind, waited for
+sub asleep
+{
+	my ($pg, $pid, $kind) = @_;
+	my $ev = expected_wait_event($pg, $kind // 'lease');
+	return $pg->poll_query_until('postgres',
+		"SELECT wait_event_type = 'Extension' AND wait_event = '$ev' FROM pg_stat_activity WHERE pid = $pid");
+}
+
+# A session of $pg waiting in $call (default redlock_lock('$res', 60000))
+# after the settings $set; its result goes to the psql variable "got".
+# Returns the session and its pid once it is queued in redlock_locks (with
+# preload; queued => 0 for a server without) and asleep (asleep => 0: do
+# not wait for that, e.g. when its first attempt is still under way).
+sub start_waiter
+{
+	my ($pg, $res, %opt) = @_;
+	my $call = $opt{call} // "redlock_lock('$res', 60000)";
+	my $w = $pg->background_psql('postgres', on_error_stop => 0);
+	my $pid = $w->query_safe('SELECT pg_backend_pid()');
+	$w->query_safe($opt{set}) if $opt{set};
+	$call = "SELECT $call AS got \\gset" unless $call =~ /^DO /;
+	$w->query_until(qr/waiting/, "\\echo waiting\n$call\n");
+	if ($opt{queued} // 1)
+	{
+		$pg->poll_query_until('postgres',
+			"SELECT count(*) = 1 FROM redlock_locks WHERE resource = '$res' AND NOT granted AND pid = $pid")
+		  or die "no waiter on $res";
+	}
+	if ($opt{asleep} // 1)
+	{
+		asleep($pg, $pid, 'lease') or die "the waiter on $res is not asleep";
+	}
+	return ($w, $pid);
+}
+
+# The waiter $pid of $pg is asleep for good: the attempt that a new
+# subscription of the wake-up worker makes it take (a release before the
+# subscription must not be lost), or any other wake-up, is over: the
+# server's attempts stayed the same for 6 s while it is asleep.  (Waiters
+# were seen asking once more up to about 5 s after their key was
+# subscribed, a new subscription's window in src/wakeup.c: 300 ms of quiet
+# was not enough.)  Call once the key is subscribed on every node.
+sub settled
+{
+	my ($pg, $pid) = @_;
+	my $ev = expected_wait_event($pg, 'lease');
+	my ($prev, $since) = (-1, time);
+	for (1 .. 600)
+	{
+		my $n = $pg->safe_psql('postgres', 'SELECT coalesce(sum(attempts), 0) FROM redlock_stats');
+		my $asleep = $pg->safe_psql('postgres',
+			"SELECT wait_event = '$ev' FROM pg_stat_activity WHERE pid = $pid") eq 't';
+		($prev, $since) = ($n, time) if $n != $prev || !$asleep;
+		return 1 if time - $since >= 6;
+		usleep(300_000);
+	}
+	die "the waiter $pid does not settle";
+}
+
+# the checks that nothing crashed: the postmaster never restarted (it
+# started at $pm_start) and the log shows no backend that died abnormally
+sub nothing_crashed
+{
+	my ($pg, $pm_start, $what) = @_;
+	$what //= '';
+	is($pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'), $pm_start,
+		"${what}the postmaster never restarted (no backend crashed)");
+	unlike(slurp_file($pg->logfile),
+		qr/terminated by signal|server process .* exited with exit code [^0]|PANIC/,
+		"${what}no backend died abnormally");
+}
+
+1;
