@@ -252,7 +252,7 @@ node_vfail(RlNode *node, RlRequest *req, const char *hint, const char *fmt,
 	if (!node->reported_down)
 	{
 		ereport(LOG,
-				(errmsg("redlock: node %s stopped answering: %s",
+				(errmsg("Redis node %s stopped answering: %s",
 						node->name, node->last_error)));
 		node->reported_down = true;
 	}
@@ -294,7 +294,7 @@ node_answering(RlNode *node)
 	if (node->reported_down)
 	{
 		ereport(LOG,
-				(errmsg("redlock: node %s is answering again", node->name)));
+				(errmsg("Redis node %s is answering again", node->name)));
 		node->reported_down = false;
 	}
 }

@@ -422,7 +422,7 @@ pipeline_read(RlNode *node, RlRequest *req)
 			/* a (UN)SUBSCRIBE refused, e.g. by an ACL: say so once */
 			if (!node->push_refused)
 				ereport(LOG,
-						(errmsg("redlock: node %s refused a subscription: %.*s",
+						(errmsg("Redis node %s refused a subscription: %.*s",
 								node->name, (int) Min(reply->len, 120), reply->str)));
 			node->push_refused = true;
 			freeReplyObject(reply);
