@@ -284,7 +284,8 @@ CREATE FUNCTION redlock_holder(
     OUT pid integer,
     OUT remaining_ms integer,
     OUT this_server boolean,
-    OUT key text)
+    OUT key text,
+    OUT server_started timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_holder'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

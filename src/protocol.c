@@ -36,6 +36,7 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "protocol_internal.h"
 #include "stats.h"
@@ -144,9 +145,11 @@ rl_proto_wall_clock_us(void)
 
 /*
  * A new lock value: 128 random bits, which make it ours alone, followed by
- * who holds it (this server's system identifier, the database and the
- * process), so that redlock_holder() on any server can say who holds a
- * resource without any write beyond the lock itself.
+ * who holds it (this server's system identifier and the time it started,
+ * the database and the process), so that redlock_holder() on any server can
+ * say who holds a resource without any write beyond the lock itself.  The
+ * start time tells apart servers that share a system identifier: a standby
+ * made with pg_basebackup and its primary, or two runs of one server.
  */
 void
 rl_proto_new_owner(char *owner)
@@ -159,8 +162,8 @@ rl_proto_new_owner(char *owner)
 				 errmsg("could not generate a random lease owner")));
 	hex_encode((const char *) bytes, sizeof(bytes), owner);
 	snprintf(owner + RL_OWNER_RANDOM_LEN, RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN,
-			 ":" UINT64_FORMAT ":%u:%d",
-			 GetSystemIdentifier(), MyDatabaseId, MyProcPid);
+			 ":" UINT64_FORMAT ":" INT64_FORMAT ":%u:%d",
+			 GetSystemIdentifier(), (int64) PgStartTime, MyDatabaseId, MyProcPid);
 }
 
 /*

@@ -140,13 +140,13 @@ on_message(int node, const char *key, const char *payload, size_t len)
 		rl_handoff_remote_heard(node, key, NULL, 0, 0, 0);
 		return;
 	}
-	StaticAssertStmt(RL_OWNER_LEN == 80, "the sscanf() width below");
+	StaticAssertStmt(RL_OWNER_LEN == 100, "the sscanf() width below");
 	if (len >= sizeof(text))
 		return;
 	memcpy(text, payload, len);
 	text[len] = '\0';
 	freed = hash_search(rl_heard, key, HASH_FIND, NULL);
-	if (sscanf(text, "%80s %lld", owner, &counter) == 2)
+	if (sscanf(text, "%100s %lld", owner, &counter) == 2)
 		rl_handoff_remote_heard(node, key, owner, counter,
 								freed ? freed->nodes : 0,
 								freed ? freed->since_us : 0);

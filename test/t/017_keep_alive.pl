@@ -202,6 +202,17 @@ is($s->query_safe("SELECT validity_ms > 0 AND NOT lost FROM redlock_leases WHERE
 	't', 'three TTLs later it is still valid');
 is($pg->safe_psql('postgres', "SELECT redlock_try_lock('sb:k') IS NULL"), 't',
 	'and the primary cannot take it');
+# a standby shares its primary's system identifier: redlock_holder tells
+# them apart by their start time
+is($pg->safe_psql('postgres',
+		"SELECT count(*) >= 3 AND bool_and(NOT this_server) AND bool_and(server_started = "
+		  . $s->query_safe('SELECT pg_postmaster_start_time()')
+		  =~ s/^(.*)$/'$1'/r
+		  . ") FROM redlock_holder('sb:k')"),
+	't', 'redlock_holder on the primary: the standby holds it, not this server');
+is($s->query_safe(
+		"SELECT count(*) >= 3 AND bool_and(this_server) AND bool_and(pid = (SELECT pid FROM redlock_locks WHERE resource = 'sb:k')) FROM redlock_holder('sb:k')"),
+	't', 'and on the standby: this server, the holder\'s pid');
 $s->query_safe('SELECT redlock_unlock_all()');
 $s->quit;
 $sb->stop;
