@@ -8,8 +8,9 @@
 # a holder whose lease expires, a session with another node list, a node
 # stopped during the release, and a holder whose Redis user lacks the
 # offer's commands.
-# redlock.retry_delay is 10 s, without jitter: polling cannot explain a
-# grant within 5 s.  Real Redis nodes and two real clusters.
+# redlock.retry_delay is 30 s, without jitter: polling cannot explain a
+# grant within 5 s, and a waiter that settled (6 s without an attempt, see
+# RedlockTest::settled) makes no attempt of its own while a check runs.  Real Redis nodes and two real clusters.
 use strict;
 use warnings FATAL => 'all';
 
@@ -21,7 +22,7 @@ use Time::HiRes qw(time usleep);
 
 my @redis = redis_nodes(3);
 my ($east, $west) = redlock_pair(nodes => \@redis,
-	conf => "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
+	conf => "redlock.retry_delay = '30s'\nredlock.retry_jitter = 0\n");
 my $woken_within = 5;
 
 # on each node: the lock's value, and the offer's value ('-' for none)
@@ -104,7 +105,7 @@ $h->query_safe("SELECT redlock_unlock('r1')");
 my $t2 = $w->query_safe('SELECT :got');
 my $took = time - $t0;
 cmp_ok($t2, '>', $t1, 'r1: the west waiter got the lease with a newer token');
-cmp_ok($took, '<', $woken_within, "r1: at east's release (${\ sprintf '%.2f', $took }s; retry_delay is 10 s)");
+cmp_ok($took, '<', $woken_within, "r1: at east's release (${\ sprintf '%.2f', $took }s; retry_delay is 30 s)");
 ok(wait_for(sub { all_lock('r1', $wpid) }), 'r1: every node holds the lock for the west waiter');
 is(join(' ', lock_values('r1')), join(' ', ($offered) x @redis), 'r1: with the value it offered');
 ok(wait_for(sub { no_offer('r1') }), 'r1: no offer is left on any node');
@@ -328,18 +329,18 @@ ok(no_offer('r10'), 'r10: and left no offer on any node');
 $h->query_safe("SELECT redlock_unlock('r10')");
 
 # --- 11. an offer's lifetime: retry_delay + retry_jitter + node_timeout
-# (10 s + 0 + 50 ms here).  A waiter whose server dies (stopped at once:
+# (30 s + 0 + 50 ms here).  A waiter whose server dies (stopped at once:
 # nothing takes the offer back) leaves it to expire by that.
 $h->query_safe("SELECT redlock_lock('r11', 60000)");
 ($w, $wpid) = west_waiter('r11');
 ok(wait_for(sub { all_offer('r11', $wpid) }), 'r11: every node has the offer of the west waiter');
 my @opttl = map { $_->cli('PTTL', 'redlock:wait:r11') } @redis;
-is(scalar(grep { $_ > 0 && $_ <= 10050 } @opttl), scalar(@redis),
+is(scalar(grep { $_ > 0 && $_ <= 30050 } @opttl), scalar(@redis),
 	"r11: the offer expires within retry_delay + retry_jitter + node_timeout (PTTL @opttl)");
 $west->stop('immediate');
 eval { $w->quit };
 ok(!no_offer('r11'), 'r11: its server stopped, the offer is still on the nodes');
-ok(wait_for(sub { no_offer('r11') }, 30), 'r11: and expires by its lifetime');
+ok(wait_for(sub { no_offer('r11') }, 60), 'r11: and expires by its lifetime');
 $h->query_safe("SELECT redlock_unlock('r11')");
 ok(wait_for(sub { no_lock('r11') }, 10), "r11: east's release then hands it to nobody");
 
