@@ -26,6 +26,13 @@
 #include "lifecycle.h"
 #include "registry.h"
 
+/* PostgreSQL 18 replaced the flag with a test of MyBackendType */
+#if PG_VERSION_NUM >= 180000
+#define RL_IN_BGWORKER() AmBackgroundWorkerProcess()
+#else
+#define RL_IN_BGWORKER() IsBackgroundWorker
+#endif
+
 static bool rl_exit_hook_registered = false;
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
@@ -84,7 +91,7 @@ rl_nodes_ready(void)
 	 */
 	if (rl_tls_mode == RL_TLS_VERIFY_CA &&
 		(rl_tls_ca_file == NULL || rl_tls_ca_file[0] == '\0') &&
-		!IsBackgroundWorker)
+		!RL_IN_BGWORKER())
 		ereport(ERROR,
 				(errcode(ERRCODE_REDLOCK_CONFIG),
 				 errmsg("redlock.tls_mode \"verify-ca\" needs redlock.tls_ca_file"),
