@@ -191,6 +191,7 @@ extern void resolve_advance(RlRequest *req);
 extern bool server_queue_info(RlNode *node);
 extern void server_learn(RlNode *node, RlRequest *req, const redisReply *reply);
 extern bool server_same_as_other(const RlNode *node);
+extern bool server_quarantined(RlNode *node, RlRequest *req);
 extern void server_refuse_duplicates(void);
 
 /* node_report.c */
