@@ -294,7 +294,9 @@ REVOKE ALL ON FUNCTION redlock_holder(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redlock_holder(text) TO redlock_user, pg_monitor;
 
 -- redlock_nodes says which server each node is (Redis or Valkey, and its
--- version): a new last column, server.
+-- version): a new column, server; and until when a node that restarted is
+-- kept out of every majority (redlock.restart_quarantine): the last column,
+-- quarantined_until.
 DROP VIEW redlock_nodes;
 DROP FUNCTION redlock_nodes();
 CREATE FUNCTION redlock_nodes(
@@ -307,7 +309,8 @@ CREATE FUNCTION redlock_nodes(
     OUT persistence text,
     OUT warnings text[],
     OUT error text,
-    OUT server text)
+    OUT server text,
+    OUT quarantined_until timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_nodes'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

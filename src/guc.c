@@ -43,6 +43,7 @@ char	   *rl_fence_token_setting = NULL;
 int			rl_fence_max_ahead_s = 300;
 int			rl_max_leases = 1024;
 int			rl_keep_alive_limit_s = 3600;
+int			rl_restart_quarantine_ms = 60000;
 int			rl_stats_max_databases = 256;
 int			rl_stats_max_tables = 4096;
 
@@ -199,6 +200,19 @@ assign_nodes(const char *newval, void *extra)
 		memcmp(rl_node_list, list, sizeof(RlNodeList)) != 0)
 		rl_node_list_generation++;
 	rl_node_list = list;
+}
+
+static bool
+check_restart_quarantine(int *newval, void **extra, GucSource source)
+{
+	/* 0 (off) or at least the resolution of the uptime a node reports */
+	if (*newval > 0 && *newval < 1000)
+	{
+		GUC_check_errdetail("A Redis node reports its uptime in whole seconds, from which the quarantine is counted.");
+		GUC_check_errhint("Use 0 to turn the quarantine off, or at least 1s.");
+		return false;
+	}
+	return true;
 }
 
 static bool
@@ -430,6 +444,15 @@ rl_define_gucs(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redlock.restart_quarantine",
+							"Time after a Redis node's restart during which it does not count toward a majority.",
+							"A node whose run_id changed is kept out of every majority for lock and extend calls until this long after its start (0: off).  Keep it longer than the longest lease TTL, unless every node persists every write (appendfsync always).",
+							&rl_restart_quarantine_ms,
+							60000, 0, 86400000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							check_restart_quarantine, NULL, NULL);
 
 	DefineCustomIntVariable("redlock.retry_delay",
 							"Base delay between attempts of redlock_lock().",

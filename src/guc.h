@@ -28,6 +28,7 @@ extern char *rl_fence_token_setting;
 extern int	rl_fence_max_ahead_s;	/* seconds; -1: no limit */
 extern int	rl_max_leases;	/* only with shared_preload_libraries */
 extern int	rl_keep_alive_limit_s;
+extern int	rl_restart_quarantine_ms;	/* 0: off */
 extern int	rl_stats_max_databases; /* only with shared_preload_libraries */
 extern int	rl_stats_max_tables;
 

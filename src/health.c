@@ -27,11 +27,12 @@
 #include "lease_sql.h"
 
 /*
- * Columns of redlock_nodes(); 1.1 added the last one, server.  A 1.0
- * definition of the function (library updated, ALTER EXTENSION UPDATE not
- * run yet) has 9 columns: its tuples are formed from the first 9 values.
+ * Columns of redlock_nodes(); 1.1 added the last two, server and
+ * quarantined_until.  A 1.0 definition of the function (library updated,
+ * ALTER EXTENSION UPDATE not run yet) has 9 columns: its tuples are formed
+ * from the first 9 values.
  */
-#define RL_HEALTH_COLUMNS 10
+#define RL_HEALTH_COLUMNS 11
 
 /* Value of "field:" in INFO output, palloc'd, or NULL. */
 static char *
@@ -198,6 +199,7 @@ redlock_nodes(PG_FUNCTION_ARGS)
 		const char *save_text = save.results[i].reply_text;
 		const char *persistence = NULL;
 		List	   *warnings = NIL;
+		int64_t		quarantined;
 
 		/* CONFIG GET save answers "save\n<value>\n"; empty value: none */
 		if (save_text != NULL && strncmp(save_text, "save\n", 5) == 0)
@@ -222,6 +224,17 @@ redlock_nodes(PG_FUNCTION_ARGS)
 							   psprintf("replication role is %s: redlock needs independent masters", role));
 		if (text != NULL)
 			warnings = info_warnings(warnings, text);
+		quarantined = rl_node_quarantined_until(i);
+		if (quarantined != 0)
+		{
+			values[10] = TimestampTzGetDatum(GetCurrentTimestamp() +
+											 (quarantined - rl_now_us()));
+			warnings = lappend(warnings,
+							   psprintf("restarted lately (new run_id %s): it does not count toward a majority until quarantined_until (redlock.restart_quarantine)",
+										rl_node_ident(i)->run_id));
+		}
+		else
+			nulls[10] = true;
 		if (rl_node_same_as(i) >= 0)
 			warnings = lappend(warnings,
 							   psprintf("the same Redis server as %s (run_id %s): a majority would count it twice, so lock calls are refused until one of the two entries is removed",

@@ -6,7 +6,7 @@
  *	  (addresses), node_sock.c (the socket and its buffers), node_tls.c
  *	  (TLS), node_pipeline.c (commands queued on a connection and the
  *	  replies it owes), node_server.c (which server answers: INFO server
- *	  at connect), node_report.c (failures told, with hints), node_round.c
+ *	  at connect, and the quarantine of one that restarted), node_report.c (failures told, with hints), node_round.c
  *	  (one request sent to every node, replies awaited) and node_wait.c
  *	  (the wait itself).
  *
@@ -191,6 +191,7 @@ extern void resolve_advance(RlRequest *req);
 extern bool server_queue_info(RlNode *node);
 extern void server_learn(RlNode *node, RlRequest *req, const redisReply *reply);
 extern bool server_same_as_other(const RlNode *node);
+extern bool server_quarantined(RlNode *node, RlRequest *req);
 extern void server_refuse_duplicates(void);
 
 /* node_report.c */

@@ -90,6 +90,10 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 		return;
 	}
 
+	/* restarted lately: not asked for a vote that would not count */
+	if (server_quarantined(node, req))
+		return;
+
 	if (node->state == RL_CONN_NONE)
 	{
 		if (now < node->retry_at_us && honour_backoff)

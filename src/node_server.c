@@ -20,7 +20,14 @@
  *
  * The identity also tells when a node restarted (run_id changes, and
  * uptime_in_seconds says since when): RlServerIdent is kept per node, across
- * connections.
+ * connections.  A node seen to restart is quarantined: a restarted node has
+ * lost the locks it held (unless it fsyncs every write), so counting it
+ * toward a majority at once could grant a lock whose holder still has
+ * validity left (Redlock's delayed restart).  Lock and extend rounds do not
+ * ask it until redlock.restart_quarantine after its start, and a vote it
+ * gave in the round that showed the restart does not count.  The last
+ * run_id of each node name is kept per backend, or for the whole server
+ * when a higher layer registers a sighting hook.
  *
  * Nothing here raises an ERROR but server_refuse_duplicates(), which runs
  * only where the caller may raise.
@@ -29,7 +36,97 @@
  */
 #include "postgres.h"
 
+#include <sys/time.h>
+
+#include "pgtime.h"
+
 #include "node_internal.h"
+
+static RlSighting backend_sightings[RL_SIGHTINGS];
+static RlSightingHook sighting_hook = NULL;
+
+void
+rl_nodes_set_sighting_hook(RlSightingHook hook)
+{
+	sighting_hook = hook;
+}
+
+/*
+ * Record that node showed run_id, its server having started at start_us,
+ * in table (RL_SIGHTINGS entries), and copy what is recorded for it into
+ * *memo.  A name not in the table takes a free entry or the one seen
+ * longest ago.  Returns true when this sighting is a restart.  Raises
+ * nothing; the caller holds whatever lock protects the table.
+ */
+bool
+rl_sightings_record(RlSighting *table, const char *node, const char *run_id,
+					int64_t start_us, RlRestartMemo *memo)
+{
+	RlSighting *entry = NULL;
+	bool		restarted;
+
+	for (int i = 0; i < RL_SIGHTINGS && entry == NULL; i++)
+		if (strcmp(table[i].node, node) == 0)
+			entry = &table[i];
+	if (entry == NULL)
+	{
+		entry = &table[0];
+		for (int i = 1; i < RL_SIGHTINGS; i++)
+			if (table[i].seen_us < entry->seen_us)
+				entry = &table[i];
+		memset(entry, 0, sizeof(*entry));
+		strlcpy(entry->node, node, sizeof(entry->node));
+	}
+	restarted = rl_restart_sighting(&entry->memo, run_id, start_us);
+	entry->seen_us = rl_now_us();
+	*memo = entry->memo;
+	return restarted;
+}
+
+int64_t
+rl_node_quarantined_until(int i)
+{
+	return rl_quarantined_until(&rl_nodes[i].ident.restart,
+								rl_restart_quarantine_ms, rl_now_us());
+}
+
+/*
+ * Is the node out of this round's majority for a restart?  Rounds of lock
+ * and extend calls count votes; releases (must-deliver), probes and
+ * questions (status replies) go to it.  If so, its result says until when.
+ */
+bool
+server_quarantined(RlNode *node, RlRequest *req)
+{
+	RlNodeResult *res = &req->results[node - rl_nodes];
+	int64_t		until;
+	struct timeval tv;
+	pg_time_t	t;
+	struct pg_tm *tm;
+	int64_t		wall_us;
+
+	if (req->probe || req->must_deliver || req->reply_kind == RL_REPLY_STATUS)
+		return false;
+	until = rl_node_quarantined_until(node - rl_nodes);
+	if (until == 0)
+		return false;
+
+	/* on the wall clock, in the session's time zone */
+	gettimeofday(&tv, NULL);
+	wall_us = (int64_t) tv.tv_sec * 1000000 + tv.tv_usec + (until - rl_now_us());
+	t = (pg_time_t) (wall_us / 1000000);
+	tm = session_timezone ? pg_localtime(&t, session_timezone) : NULL;
+	res->vote = RL_VOTE_FAILED;
+	if (tm != NULL)
+		snprintf(res->detail, sizeof(res->detail),
+				 "quarantined after a restart until %02d:%02d:%02d.%03d (redlock.restart_quarantine)",
+				 tm->tm_hour, tm->tm_min, tm->tm_sec, (int) (wall_us % 1000000 / 1000));
+	else
+		snprintf(res->detail, sizeof(res->detail),
+				 "quarantined after a restart for %d ms more (redlock.restart_quarantine)",
+				 (int) ((until - rl_now_us() + 999) / 1000));
+	return true;
+}
 
 /* Queue INFO server on a new connection, owing a reply tagged RL_TAG_INFO. */
 bool
@@ -73,6 +170,13 @@ info_value(const char *text, size_t textlen, const char *field,
 		p = eol ? eol + 1 : end;
 	}
 	return false;
+}
+
+static bool
+sighting_in_backend(const char *node, const char *run_id, int64_t start_us,
+					RlRestartMemo *memo)
+{
+	return rl_sightings_record(backend_sightings, node, run_id, start_us, memo);
 }
 
 /* Is the node's entry known to reach the same server as another's? */
@@ -127,6 +231,19 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 		id->uptime_s = strtoll(uptime, NULL, 10);
 	id->learned_us = rl_now_us();
 	id->serial = node->serial;
+
+	/* a restart?  Then a vote given after this reply does not count. */
+	if ((sighting_hook ? sighting_hook : sighting_in_backend)
+		(node->name, run_id, rl_server_start_us(id->learned_us, id->uptime_s),
+		 &id->restart) && rl_node_quarantined_until(idx) != 0)
+		ereport(LOG,
+				(errmsg("Redis node %s restarted %lld s ago (run_id %s): it does not count toward a majority for %d ms after its start",
+						node->name, (long long) Max(id->uptime_s, 0), run_id,
+						rl_restart_quarantine_ms),
+				 errhint("See redlock.restart_quarantine.")));
+	if (req != NULL && !req->skip[idx] &&
+		req->results[idx].vote == RL_VOTE_PENDING)
+		(void) server_quarantined(node, req);
 
 	/* the same server behind another entry, on its current connection? */
 	for (int j = 0; j < rl_nnodes; j++)

@@ -114,10 +114,43 @@ typedef struct RlServerIdent
 	int64_t		learned_us;		/* rl_now_us() when learned, 0 if never */
 	uint64_t	serial;			/* connection it was learned on */
 	uint32_t	changes;		/* times run_id changed (restarts seen) */
+	RlRestartMemo restart;		/* what this server recorded for the node */
 } RlServerIdent;
 
 extern const RlServerIdent *rl_node_ident(int i);
 extern int	rl_node_same_as(int i);
+
+/*
+ * The restart quarantine (node_server.c): a node whose run_id is not the
+ * one this server saw last under the same name restarted, and does not
+ * count toward a majority for lock and extend calls until
+ * redlock.restart_quarantine after its start.  Until when, on the
+ * rl_now_us() clock; 0 when it is not quarantined.
+ */
+extern int64_t rl_node_quarantined_until(int i);
+
+/*
+ * Where the last run_id seen under each node name is kept: a table of
+ * RL_SIGHTINGS entries, per backend unless a higher layer registers one
+ * that the whole server shares (restart_memory.c, with
+ * shared_preload_libraries).  The hook records a sighting with
+ * rl_sightings_record() under its own lock and returns what it returned.
+ */
+#define RL_SIGHTINGS	64
+
+typedef struct RlSighting
+{
+	char		node[RL_MAX_HOST_LEN + 16]; /* "" if free */
+	int64_t		seen_us;		/* last sighting, for reuse of the oldest */
+	RlRestartMemo memo;
+} RlSighting;
+
+typedef bool (*RlSightingHook) (const char *node, const char *run_id,
+								int64_t start_us, RlRestartMemo *memo);
+extern void rl_nodes_set_sighting_hook(RlSightingHook hook);
+extern bool rl_sightings_record(RlSighting *table, const char *node,
+								const char *run_id, int64_t start_us,
+								RlRestartMemo *memo);
 
 /*
  * Pub/sub: what a node pushes goes to the push handler, with the node's

@@ -16,6 +16,7 @@
  */
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "quorum.h"
 
@@ -189,6 +190,66 @@ rl_choose_token(int64_t proposal, const int64_t *counters, int ncounters,
 	}
 	*token = (max == INT64_MAX) ? -1 : max + 1;
 	return false;
+}
+
+/*
+ * When a server started, from the uptime_in_seconds it reported and the
+ * moment its answer was read (seen_us): its uptime then was at least
+ * uptime_s, so it started at seen_us - uptime_s at the latest.  The latest
+ * start is taken, which makes a quarantine counted from it longer, never
+ * shorter.  An unknown uptime (< 0) counts as a start at seen_us.
+ */
+int64_t
+rl_server_start_us(int64_t seen_us, int64_t uptime_s)
+{
+	if (uptime_s < 0)
+		return seen_us;
+	if (uptime_s > INT64_MAX / 2000000)
+		uptime_s = INT64_MAX / 2000000;
+	return seen_us - uptime_s * 1000000;	/* may be before the clock's 0 */
+}
+
+/*
+ * A node showed run_id, its server having started at start_us: record it
+ * in memo.  A run_id other than the one recorded is a restart (the server
+ * lost what it held unless it persists every write), and its start is
+ * recorded; the same run_id keeps what was recorded.  The first sighting
+ * (nothing recorded) is no restart: a server that never saw the node before
+ * cannot tell.  Returns true when this sighting is a restart.
+ */
+bool
+rl_restart_sighting(RlRestartMemo *memo, const char *run_id, int64_t start_us)
+{
+	bool		restarted;
+
+	if (run_id == NULL || run_id[0] == '\0' ||
+		strncmp(memo->run_id, run_id, RL_RUN_ID_LEN) == 0)
+		return false;
+	restarted = memo->run_id[0] != '\0';
+	memo->restarted = restarted;
+	memo->start_us = restarted ? start_us : 0;
+	strncpy(memo->run_id, run_id, RL_RUN_ID_LEN);
+	memo->run_id[RL_RUN_ID_LEN] = '\0';
+	return restarted;
+}
+
+/*
+ * Until when a node seen to restart stays out of every majority:
+ * quarantine_ms after its server's start, so that every lock it held
+ * before it lost them has expired everywhere (Redlock's delayed restart).
+ * Returns that moment while it is still ahead of now_us, else 0 (not
+ * quarantined: no restart seen, the quarantine is over, or it is off).
+ */
+int64_t
+rl_quarantined_until(const RlRestartMemo *memo, int64_t quarantine_ms,
+					 int64_t now_us)
+{
+	int64_t		until;
+
+	if (!memo->restarted || quarantine_ms <= 0)
+		return 0;
+	until = memo->start_us + quarantine_ms * 1000;
+	return now_us < until ? until : 0;
 }
 
 /*

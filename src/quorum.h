@@ -82,6 +82,26 @@ extern bool rl_choose_token(int64_t proposal, const int64_t *counters,
 extern bool rl_handoff_fresh(int64_t set_after_us, int64_t now_us,
 							 int64_t round_us);
 
+/*
+ * What this server last saw of one node (an entry of redlock.nodes): its
+ * run_id, and when the server behind it started if that run_id was seen to
+ * replace another.
+ */
+#define RL_RUN_ID_LEN	40
+
+typedef struct RlRestartMemo
+{
+	char		run_id[RL_RUN_ID_LEN + 1];	/* "" until first seen */
+	bool		restarted;		/* run_id replaced another one */
+	int64_t		start_us;		/* if so, when its server started */
+} RlRestartMemo;
+
+extern int64_t rl_server_start_us(int64_t seen_us, int64_t uptime_s);
+extern bool rl_restart_sighting(RlRestartMemo *memo, const char *run_id,
+								int64_t start_us);
+extern int64_t rl_quarantined_until(const RlRestartMemo *memo,
+									int64_t quarantine_ms, int64_t now_us);
+
 extern bool rl_parse_counter(const char *s, size_t len, int64_t *value);
 extern int	rl_format_counter(int64_t value, char *buf);
 

@@ -16,6 +16,7 @@
 #include "lifecycle.h"
 #include "lock_table.h"
 #include "redlock.h"
+#include "restart_memory.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -37,6 +38,7 @@ _PG_init(void)
 	rl_define_gucs();
 	rl_stats_init();
 	rl_lock_table_init();
+	rl_restart_memory_init();
 	rl_worker_register();
 	rl_lifecycle_init();
 }

@@ -1602,6 +1602,65 @@ test_data_loss_stalled_clock(void)
 	}
 }
 
+/* ---------- restart quarantine ---------- */
+
+static void
+test_restart_quarantine(void)
+{
+	RlRestartMemo memo;
+	int64_t		now = INT64_C(1000) * 1000000;	/* 1000 s on the clock */
+	int64_t		q = 8000;		/* ms */
+
+	memset(&memo, 0, sizeof(memo));
+
+	/* the start: the latest moment the reported uptime allows */
+	CHECK_I64(rl_server_start_us(now, 0), ==, now);
+	CHECK_I64(rl_server_start_us(now, 3), ==, now - 3000000);
+	CHECK_I64(rl_server_start_us(now, -1), ==, now);	/* unknown: now */
+	CHECK(rl_server_start_us(now, 5000) < 0);	/* before the clock's 0 */
+
+	/* first sighting: nothing recorded, so no restart, no quarantine */
+	CHECK(!rl_restart_sighting(&memo, "aaaa", now - 500 * INT64_C(1000000)));
+	CHECK_STR(memo.run_id, "aaaa");
+	CHECK(!memo.restarted);
+	CHECK_I64(rl_quarantined_until(&memo, q, now), ==, 0);
+
+	/* the same run_id again: nothing changes */
+	CHECK(!rl_restart_sighting(&memo, "aaaa", now));
+	CHECK_I64(rl_quarantined_until(&memo, q, now), ==, 0);
+
+	/* no run_id (INFO refused or silent): not checked */
+	CHECK(!rl_restart_sighting(&memo, "", now));
+	CHECK(!rl_restart_sighting(&memo, NULL, now));
+	CHECK_STR(memo.run_id, "aaaa");
+
+	/* another run_id: a restart, quarantined from its start */
+	CHECK(rl_restart_sighting(&memo, "bbbb", rl_server_start_us(now, 2)));
+	CHECK(memo.restarted);
+	CHECK_I64(rl_quarantined_until(&memo, q, now), ==, now - 2000000 + q * 1000);
+	CHECK_I64(rl_quarantined_until(&memo, q, now + 5999999), ==, now + 6000000);
+	CHECK_I64(rl_quarantined_until(&memo, q, now + 6000000), ==, 0);	/* over */
+	CHECK_I64(rl_quarantined_until(&memo, 0, now), ==, 0);	/* off */
+
+	/* seen again (another backend, a new connection): the same start */
+	CHECK(!rl_restart_sighting(&memo, "bbbb", now + 1000000));
+	CHECK_I64(rl_quarantined_until(&memo, q, now + 1000000), ==, now + 6000000);
+
+	/* a restart long ago (uptime past the quarantine): not quarantined */
+	CHECK(rl_restart_sighting(&memo, "cccc", rl_server_start_us(now, 60)));
+	CHECK_I64(rl_quarantined_until(&memo, q, now), ==, 0);
+	CHECK_I64(rl_quarantined_until(&memo, 70000, now), ==, now + 10000000);
+
+	/* a restart whose start lies before the clock's 0 stays correct */
+	CHECK(rl_restart_sighting(&memo, "dddd", rl_server_start_us(INT64_C(2000000), 5)));
+	CHECK_I64(rl_quarantined_until(&memo, q, INT64_C(2000000)), ==, INT64_C(5000000));
+
+	/* run_ids are compared in full (40 hex digits) */
+	CHECK(rl_restart_sighting(&memo, "0123456789012345678901234567890123456789", now));
+	CHECK(rl_restart_sighting(&memo, "0123456789012345678901234567890123456788", now));
+	CHECK(!rl_restart_sighting(&memo, "0123456789012345678901234567890123456788", now));
+}
+
 int
 main(void)
 {
@@ -1616,6 +1675,7 @@ main(void)
 	test_propose_token();
 	test_choose_token();
 	test_handoff_fresh();
+	test_restart_quarantine();
 
 	test_issue_sequence();
 	test_random(5, 1, 200000);
