@@ -4,7 +4,7 @@
 # the README's examples and install block, and the process-level TAP tests
 # (which start their own clusters and nodes).
 #
-#   bash test/run-tests.sh [--pg-config PATH] [--redis-server PATH] [--long] [--only REGEX]
+#   bash test/run-tests.sh [--pg-config PATH] [--redis-server PATH] [--long] [--seconds N] [--only REGEX]
 #
 # --pg-config  the PostgreSQL installation to build against, install into
 #              and test with (default: Debian 12's PostgreSQL 15,
@@ -19,6 +19,9 @@
 # --long       the chaos soak runs 30 minutes (SOAK_MINUTES chooses another
 #              length; the default run soaks for about 40 s + 40 s control,
 #              see test/t/004_soak.pl)
+# --seconds N  the soaks' faults go on for N seconds (SOAK_SECONDS: the
+#              feature soak test/t/021_feature_soak.pl, default 60, and the
+#              fenced phase of 004)
 # --only       run only the suites whose name matches the extended regular
 #              expression REGEX (e.g. --only 'pg_regress|TAP 011'); the
 #              others are not counted.  For working on one part: CI and the
@@ -30,13 +33,14 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: bash test/run-tests.sh [--pg-config PATH] [--redis-server PATH] [--long] [--only REGEX]" >&2
+	echo "usage: bash test/run-tests.sh [--pg-config PATH] [--redis-server PATH] [--long] [--seconds N] [--only REGEX]" >&2
 	exit 2
 }
 
 pg_config=
 redis_server=
 only=
+seconds=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--pg-config) [ $# -ge 2 ] || usage; pg_config=$2; shift 2 ;;
@@ -46,10 +50,13 @@ while [ $# -gt 0 ]; do
 	--only) [ $# -ge 2 ] || usage; only=$2; shift 2 ;;
 	--only=*) only=${1#*=}; shift ;;
 	--long) export SOAK_MINUTES="${SOAK_MINUTES:-30}"; shift ;;
+	--seconds) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || usage; seconds=$2; shift 2 ;;
+	--seconds=*) seconds=${1#*=}; [[ $seconds =~ ^[0-9]+$ ]] || usage; shift ;;
 	*) usage ;;
 	esac
 done
 if [ -n "${SOAK_MINUTES:-}" ]; then export SOAK_SECONDS=$((SOAK_MINUTES * 60)); fi
+if [ -n "$seconds" ]; then export SOAK_SECONDS=$seconds; fi
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"

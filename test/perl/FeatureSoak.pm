@@ -1,0 +1,563 @@
+# The feature soak's parts (used by test/t/021_feature_soak.pl): a psql
+# session driven statement by statement, the workload one session runs (in
+# a process of its own), and the checker of the history they record.
+#
+# Every time comes from the host's clock: the servers' clock_timestamp() and
+# statement_timestamp() (all servers run on this host) and Perl's time() for
+# the nemesis.  A session writes one JSON object per line to its history
+# file:
+#   grant    lease id, resource, token, kind, start (statement_timestamp()
+#            of the lock call), ret (clock_timestamp() once it returned),
+#            server and backend pid
+#   obs      lease id, t (clock_timestamp() read before validity_ms), v
+#            (validity_ms of redlock_leases, or redlock_extend's result)
+#   release  lease id, t (host time before the unlock, COMMIT or ROLLBACK
+#            was sent)
+#   lost     server, pid, t (host time the statement that found the
+#            connection gone was sent): its open leases end there at the
+#            latest
+#   refused  resource, kind, sqlstate
+#   write    lease id, resource, token, ok, sqlstate
+# The checker turns them into intervals (see check()).
+package FeatureSoak;
+
+use strict;
+use warnings FATAL => 'all';
+
+use IPC::Run;
+use JSON::PP;
+use POSIX ();
+use Time::HiRes qw(time usleep);
+
+# ---------- a psql session, one statement at a time ----------
+
+# FeatureSoak::Psql->new($connstr, $appname): psql reading statements from
+# a pipe; query() sends one and returns (ok, output, stderr), or dead => 1
+# once psql has exited (its connection was lost).
+package FeatureSoak::Psql;
+
+use Time::HiRes qw(time);
+
+sub new
+{
+	my ($class, $connstr, $app) = @_;
+	my $self = bless { in => '', out => '', err => '', n => 0 }, $class;
+	local $ENV{PGAPPNAME} = $app;
+	local $ENV{PGOPTIONS} = '-c client_min_messages=warning';
+	$self->{timer} = IPC::Run::timeout(120);
+	$self->{h} = IPC::Run::start(
+		[ 'psql', '-XAtq', '-F', '|', '-v', 'ON_ERROR_STOP=0', '-v', 'VERBOSITY=verbose',
+			'-d', $connstr ],
+		'<', \$self->{in}, '>', \$self->{out}, '2>', \$self->{err},
+		$self->{timer});
+	my $r = $self->query('SELECT pg_backend_pid()');
+	die "psql did not connect: $r->{err}" unless $r->{ok};
+	$self->{pid} = $r->{out};
+	return $self;
+}
+
+sub pid { return $_[0]->{pid}; }
+
+# one statement; { ok, out, err, dead, sent }
+sub query
+{
+	my ($self, $sql) = @_;
+	my $mark = "__fsoak_" . ++$self->{n} . "__";
+	my $sent = time;
+	$self->{out} = '';
+	$self->{err} = '';
+	$self->{in} .= "$sql;\n\\echo $mark\n\\warn $mark\n";
+	$self->{timer}->start(120);
+	my $dead = 0;
+	eval {
+		while ($self->{out} !~ /^$mark$/m || $self->{err} !~ /^$mark$/m)
+		{
+			if (!$self->{h}->pumpable)
+			{
+				$dead = 1;
+				last;
+			}
+			$self->{h}->pump;
+		}
+		1;
+	} or $dead = 1;
+	my ($out, $err) = ($self->{out}, $self->{err});
+	$out =~ s/^$mark\n?//m;
+	$err =~ s/^$mark\n?//m;
+	chomp $out;
+	$self->{dead} = 1 if $dead;
+	return { ok => !$dead && $err !~ /(?:ERROR|FATAL|PANIC):/, out => $out, err => $err,
+		dead => $dead, sent => $sent };
+}
+
+sub close
+{
+	my ($self) = @_;
+	eval {
+		$self->{in} .= "\\q\n";
+		$self->{timer}->start(20);
+		$self->{h}->finish;
+		1;
+	} or eval { $self->{h}->kill_kill; 1 };
+}
+
+package FeatureSoak;
+
+# ---------- the workload of one session ----------
+
+# The kinds of lease cycle, with their weights.
+our @KINDS = (
+	[ xact => 4 ], [ session => 3 ], [ try => 1 ], [ extend => 2 ],
+	[ keepalive => 2 ], [ pause => 2 ], [ nested => 2 ]);
+our $MAX_TTL_MS = 3000;    # no lease of the workload has a longer TTL
+
+# Run lease cycles until $a{deadline}, as session $a{name} of server
+# $a{server}; writes the history to $a{file}.  Runs in a process of its
+# own (forked by the test); returns when done.
+sub run_session
+{
+	my (%a) = @_;
+	srand($a{seed});
+	open my $log, '>', $a{file} or die "$a{file}: $!";
+	$log->autoflush(1);
+	my $json = JSON::PP->new->canonical;
+	my $emit = sub { print $log $json->encode({@_}), "\n"; };
+	my $lease_no = 0;
+	my %tok;    # lease id => token
+	my ($db, $data);
+	my %open;    # lease id => resource, of this connection
+
+	my $connect = sub {
+		for my $try (1 .. 50)
+		{
+			my $c = eval { FeatureSoak::Psql->new($a{connstr}, "fsoak-$a{name}") };
+			return $c if $c;
+			usleep(200_000);
+		}
+		die "session $a{name} could not connect";
+	};
+	$db = $connect->();
+	# the fenced rows live on the first server; sessions of the other one
+	# write there through a connection of their own
+	my $data_conn = sub {
+		return $db unless $a{data_connstr};
+		$data = FeatureSoak::Psql->new($a{data_connstr}, "fsoak-$a{name}-data")
+		  if !$data || $data->{dead};
+		return $data;
+	};
+
+	# run a statement on the lease connection; when the connection is gone,
+	# record it, end the open leases' intervals there, and reconnect
+	my $q = sub {
+		my ($sql) = @_;
+		my $r = $db->query($sql);
+		if ($r->{dead})
+		{
+			$emit->(ev => 'lost', server => $a{server}, pid => $db->pid, t => $r->{sent});
+			%open = ();
+			$db->close;
+			$db = $connect->();
+		}
+		return $r;
+	};
+	my $sqlstate = sub {
+		my ($r) = @_;
+		return 'dead' if $r->{dead};
+		return $1 if $r->{err} =~ /ERROR:\s+([0-9A-Z]{5}):/;
+		return 'other';
+	};
+
+	# a lock call; returns the lease id, or undef when refused
+	my $grant = sub {
+		my ($res, $call, $kind) = @_;
+		my $pid = $db->pid;
+		my $r = $q->("SELECT tok, extract(epoch FROM statement_timestamp()),"
+			  . " extract(epoch FROM clock_timestamp()) FROM (SELECT $call AS tok OFFSET 0) s");
+		my ($tok, $start, $ret) = split /\|/, $r->{out} // '';
+		if (!$r->{ok} || !defined $tok || $tok eq '')
+		{
+			$emit->(ev => 'refused', res => $res, kind => $kind,
+				sqlstate => $r->{ok} ? 'null' : $sqlstate->($r));
+			return undef;
+		}
+		my $id = "$a{name}.$pid." . ++$lease_no;
+		$tok{$id} = $tok;
+		$emit->(ev => 'grant', lease => $id, res => $res, tok => $tok + 0, kind => $kind,
+			start => $start + 0, ret => $ret + 0, server => $a{server}, pid => $pid + 0);
+		$open{$id} = $res;
+		return $id;
+	};
+	# what the holder is told now: validity_ms of the lease
+	my $observe = sub {
+		my ($id) = @_;
+		return 0 unless $open{$id};
+		my $res = $open{$id};
+		my $r = $q->("SELECT extract(epoch FROM clock_timestamp()),"
+			  . " (SELECT validity_ms FROM redlock_leases WHERE resource = '$res')");
+		return 0 unless $r->{ok};
+		my ($t, $v) = split /\|/, $r->{out};
+		return 0 unless defined $v && $v ne '';
+		$emit->(ev => 'obs', lease => $id, t => $t + 0, v => $v + 0);
+		return $v;
+	};
+	# release the leases @ids with $sql; $at: when the release began, if
+	# before now
+	my $release = sub {
+		my ($sql, $at, @ids) = @_;
+		my @mine = grep { $open{$_} } @ids;
+		$emit->(ev => 'release', lease => $_, t => $at // time) for @mine;
+		delete $open{$_} for @mine;
+		return $q->($sql);
+	};
+	# the fenced write of the lease's token on its resource's row: on the
+	# lease's own connection (and in its transaction, if any) when this
+	# server holds the rows, else on the data connection; returns whether
+	# it was accepted (and, in list context, when a refused write on the
+	# lease's own connection was sent)
+	my $write = sub {
+		my ($id, $res) = @_;
+		return 1 unless $open{$id};
+		my ($row) = $res =~ /(\d+)$/;
+		my $c = $data_conn->();
+		my $r = ($c == $db ? $q : sub { $c->query($_[0]) })->(
+			"UPDATE fsoak_rows SET v = v + 1, fence_token = $tok{$id}, writer = '$id' WHERE id = $row");
+		my $st = $r->{ok} ? undef : $sqlstate->($r);
+		$emit->(ev => 'write', lease => $id, res => $res, tok => $tok{$id},
+			ok => $r->{ok} ? 1 : 0, sqlstate => $st);
+		# an error in the lease's own transaction aborts it there, and
+		# with it its transaction leases: the release begins when the
+		# write is sent, not at the ROLLBACK that follows
+		return wantarray ? ($r->{ok}, $c == $db ? $r->{sent} : undef) : $r->{ok};
+	};
+	my $nap = sub { usleep(int($_[0] * 1e6)); };
+
+	my $total = 0;
+	$total += $_->[1] for @KINDS;
+	while (time < $a{deadline})
+	{
+		my $pick = rand($total);
+		my $kind;
+		for (@KINDS)
+		{
+			$kind = $_->[0];
+			last if ($pick -= $_->[1]) < 0;
+		}
+		my $rn = 1 + int(rand($a{resources}));
+		my $res = "hot:$rn";
+		my @waits = (0, 300, 1500, 4000);
+		my $wait = $waits[ int(rand(@waits)) ];
+		my $hold = 0.05 + rand(0.4);
+		my $lock = sub {
+			my ($ttl, %o) = @_;
+			my $fn = $o{fn} // 'redlock_lock';
+			my $args = "'$o{res}', $ttl";
+			$args .= ", wait_ms => $o{wait}" if defined $o{wait};
+			$args .= ', keep_alive => true' if $o{keep};
+			return $grant->($o{res}, "$fn($args)", $o{kind} // $kind);
+		};
+
+		if ($kind eq 'xact')
+		{
+			my $r = $q->('BEGIN');
+			next unless $r->{ok};
+			my $id = $lock->(2500, fn => 'redlock_xact_lock', res => $res, wait => $wait);
+			if (!$id)
+			{
+				$q->('ROLLBACK');
+				next;
+			}
+			$observe->($id);
+			my ($ok, $aborted_at) = $write->($id, $res);
+			$nap->($hold) if $ok;
+			$observe->($id) if $ok;
+			$release->($ok ? 'COMMIT' : 'ROLLBACK', $ok ? undef : $aborted_at, $id);
+		}
+		elsif ($kind eq 'session' || $kind eq 'try')
+		{
+			my $id = $kind eq 'try'
+			  ? $lock->(2500, fn => 'redlock_try_lock', res => $res)
+			  : $lock->(2500, res => $res, wait => $wait);
+			next unless $id;
+			$observe->($id);
+			$nap->($hold);
+			$write->($id, $res);
+			$observe->($id);
+			$release->("SELECT redlock_unlock('$res')", undef, $id);
+		}
+		elsif ($kind eq 'extend')
+		{
+			my $id = $lock->(1200, res => $res, wait => $wait);
+			next unless $id;
+			$observe->($id);
+			$nap->(0.2 + rand(0.6));
+			my $asked = time;
+			my $r = $q->("SELECT v, extract(epoch FROM statement_timestamp()) FROM"
+				  . " (SELECT redlock_extend('$res', 2500) AS v OFFSET 0) s");
+			if ($r->{ok} && $open{$id})
+			{
+				my ($v, $t) = split /\|/, $r->{out};
+				$emit->(ev => 'obs', lease => $id, t => $t + 0, v => $v + 0);
+			}
+			else
+			{
+				my $st = $sqlstate->($r);
+				$emit->(ev => 'refused', res => $res, kind => 'extend',
+					sqlstate => $st);
+				# RL003: the extend found the lease gone from a majority,
+				# took its value off the nodes where it was left, and told
+				# its holder so: the promise ends where the holder asked
+				if ($st eq 'RL003' && $open{$id})
+				{
+					$emit->(ev => 'release', lease => $id, t => $asked);
+					delete $open{$id};
+				}
+			}
+			$observe->($id);
+			$write->($id, $res);
+			$observe->($id);
+			$release->("SELECT redlock_unlock('$res')", undef, $id);
+		}
+		elsif ($kind eq 'keepalive')
+		{
+			# held past its TTL: the keep-alive worker extends it
+			my $id = $lock->(2000, res => $res, wait => $wait, keep => 1);
+			next unless $id;
+			my $until = time + 2.5 + rand(2.5);
+			while (time < $until && $open{$id})
+			{
+				$observe->($id);
+				$nap->(0.3);
+			}
+			$write->($id, $res);
+			$observe->($id);
+			$release->("SELECT redlock_unlock('$res')", undef, $id);
+		}
+		elsif ($kind eq 'pause')
+		{
+			# a holder that stalls past its TTL, then writes with its token
+			my $id = $lock->(800, res => $res, wait => $wait);
+			next unless $id;
+			$observe->($id);
+			$nap->(1.2 + rand(1.0));
+			$write->($id, $res);
+			$observe->($id);
+			$release->("SELECT redlock_unlock('$res')", undef, $id);
+		}
+		elsif ($kind eq 'nested')
+		{
+			# another lease of the same session meanwhile
+			my $id = $lock->(2500, res => $res, wait => $wait);
+			next unless $id;
+			$observe->($id);
+			my $res2 = 'hot:' . (1 + ($rn % $a{resources}));
+			my $id2 = $lock->(2500, res => $res2, wait => int(rand(2)) ? 0 : 500,
+				kind => 'nested-inner');
+			if ($id2)
+			{
+				$observe->($id2);
+				$write->($id2, $res2);
+				$observe->($id2);
+			}
+			$write->($id, $res);
+			$observe->($id);
+			$release->("SELECT redlock_unlock('$res2')", undef, $id2) if $id2;
+			$release->("SELECT redlock_unlock('$res')", undef, $id);
+		}
+		$nap->(rand(0.1));
+	}
+	$emit->(ev => 'done', t => time);
+	$db->close;
+	$data->close if $data;
+	close $log;
+}
+
+# ---------- the checker ----------
+
+# Read the sessions' history files: a list of events.
+sub read_history
+{
+	my (@files) = @_;
+	my @ev;
+	for my $f (@files)
+	{
+		open my $fh, '<', $f or die "$f: $!";
+		while (<$fh>)
+		{
+			chomp;
+			next if $_ eq '';
+			push @ev, decode_json($_);
+		}
+	}
+	return \@ev;
+}
+
+# check(events => [...], faults => [...], audit => [...]) returns a report:
+#
+# Each lease is an interval on the host's clock: from the moment its grant
+# returned to the end of what its holder was told (the largest observation
+# time + validity_ms), cut at the moment its holder began to release it, or
+# lost its connection (found by its next statement), or was terminated
+# (faults of kind 'terminate' with server, pid, and t and t_end around the
+# signal).  Leases of different
+# holders (server and backend) on one resource must not overlap.  An
+# overlap whose first lease was granted before, and whose second after, a
+# clock jump (faults of kind 'clock') or a wipe of a node's data ('wipe') is
+# counted apart: a key expired early, or was forgotten, on that node.
+#
+# Tokens: a grant whose call returned before another's began has the
+# smaller token (the order of grants in real time).
+#
+# Audit (one row per accepted update of a fenced row, in the order of the
+# updates: row, old token, new token): every new token is greater than the
+# previous accepted one of the row, and than the row's old token.
+sub check
+{
+	my (%h) = @_;
+	my (%lease, @leases);
+	my %lost;    # "server/pid" => earliest time
+	my %term;
+	for my $f (@{ $h{faults} })
+	{
+		next unless $f->{kind} eq 'terminate';
+		push @{ $term{"$f->{server}/$f->{pid}"} }, $f;
+	}
+	my %rep = (grants => 0, refused => {}, writes_ok => 0, writes_refused => {},
+		kinds => {});
+	for my $e (@{ $h{events} })
+	{
+		my $ev = $e->{ev};
+		if ($ev eq 'grant')
+		{
+			my $l = { %$e, end => $e->{ret}, cut => undef, obs => 0 };
+			$lease{ $e->{lease} } = $l;
+			push @leases, $l;
+			$rep{grants}++;
+			$rep{kinds}{ $e->{kind} }++;
+		}
+		elsif ($ev eq 'obs')
+		{
+			my $l = $lease{ $e->{lease} } or next;
+			push @{ $l->{seen} }, [ $e->{t}, $e->{v} ];
+			# validity_ms 0: expired or lost, which promises nothing
+			next unless $e->{v} > 0;
+			my $end = $e->{t} + $e->{v} / 1000;
+			$l->{end} = $end if $end > $l->{end};
+			$l->{obs}++;
+		}
+		elsif ($ev eq 'release')
+		{
+			my $l = $lease{ $e->{lease} } or next;
+			$l->{cut} = $e->{t} if !defined $l->{cut} || $e->{t} < $l->{cut};
+		}
+		elsif ($ev eq 'lost')
+		{
+			my $k = "$e->{server}/$e->{pid}";
+			$lost{$k} = $e->{t} if !defined $lost{$k} || $e->{t} < $lost{$k};
+		}
+		elsif ($ev eq 'refused')
+		{
+			$rep{refused}{ $e->{sqlstate} }++;
+		}
+		elsif ($ev eq 'write')
+		{
+			if ($e->{ok}) { $rep{writes_ok}++ }
+			else { $rep{writes_refused}{ $e->{sqlstate} // '?' }++ }
+		}
+	}
+	# cut each lease where its holder let go, lost its connection or was
+	# terminated
+	for my $l (@leases)
+	{
+		my $k = "$l->{server}/$l->{pid}";
+		my @at;
+		push @at, $lost{$k} if defined $lost{$k} && $lost{$k} >= $l->{start};
+		# the signal left between t and t_end: a lease whose call began
+		# before t_end may have been granted before it arrived, and ends
+		# there (or at once, if granted meanwhile)
+		for my $f (@{ $term{$k} // [] })
+		{
+			next if $l->{start} > ($f->{t_end} // $f->{t});
+			push @at, $f->{t} > $l->{start} ? $f->{t} : $l->{start};
+		}
+		for my $t (@at)
+		{
+			$l->{cut} = $t if !defined $l->{cut} || $t < $l->{cut};
+		}
+		$l->{to} = $l->{end};
+		$l->{to} = $l->{cut} if defined $l->{cut} && $l->{cut} < $l->{to};
+	}
+
+	my @jumps = map { $_->{t} } grep { $_->{kind} eq 'clock' } @{ $h{faults} };
+	my @wipes = map { $_->{t} } grep { $_->{kind} eq 'wipe' } @{ $h{faults} };
+	my $between = sub {
+		my ($from, $to, @at) = @_;
+		return scalar grep { $_ >= $from && $_ <= $to } @at;
+	};
+
+	my %by_res;
+	push @{ $by_res{ $_->{res} } }, $_ for @leases;
+	my (@overlaps, @overlaps_clock, @overlaps_wipe, @token_order);
+	for my $res (sort keys %by_res)
+	{
+		my @ls = sort { $a->{ret} <=> $b->{ret} } @{ $by_res{$res} };
+		# overlaps: a sweep over the leases in grant order
+		my @active;
+		for my $b (@ls)
+		{
+			@active = grep { $_->{to} > $b->{ret} } @active;
+			for my $a (@active)
+			{
+				next if $a->{server} eq $b->{server} && $a->{pid} == $b->{pid};
+				next unless $b->{to} > $b->{ret};    # an empty interval
+				my $o = { res => $res, first => $a->{lease}, second => $b->{lease},
+					from => $b->{ret}, to => ($a->{to} < $b->{to} ? $a->{to} : $b->{to}),
+					tokens => "$a->{tok} $b->{tok}" };
+				if ($between->($a->{start}, $b->{ret}, @jumps)) { push @overlaps_clock, $o }
+				elsif ($between->($a->{start}, $b->{ret}, @wipes)) { push @overlaps_wipe, $o }
+				else { push @overlaps, $o }
+			}
+			push @active, $b;
+		}
+		# token order: the largest token of the grants that returned
+		# before this one's call began must be below its token
+		my @by_ret = @ls;
+		my @by_start = sort { $a->{start} <=> $b->{start} } @ls;
+		my ($i, $max, $max_lease) = (0, undef, undef);
+		for my $b (@by_start)
+		{
+			while ($i < @by_ret && $by_ret[$i]{ret} < $b->{start})
+			{
+				if (!defined $max || $by_ret[$i]{tok} > $max)
+				{
+					$max = $by_ret[$i]{tok};
+					$max_lease = $by_ret[$i]{lease};
+				}
+				$i++;
+			}
+			push @token_order, { res => $res, earlier => $max_lease, earlier_tok => $max,
+				later => $b->{lease}, later_tok => $b->{tok} }
+			  if defined $max && $b->{tok} <= $max;
+		}
+	}
+
+	my (@fence, %prev);
+	for my $a (@{ $h{audit} })
+	{
+		my ($row, $old, $new) = @$a{qw(row old new)};
+		push @fence, $a
+		  if (defined $prev{$row} && $new <= $prev{$row})
+		  || (defined $old && $new <= $old);
+		$prev{$row} = $new;
+	}
+
+	$rep{leases} = \@leases;
+	$rep{overlaps} = \@overlaps;
+	$rep{overlaps_clock} = \@overlaps_clock;
+	$rep{overlaps_wipe} = \@overlaps_wipe;
+	$rep{token_order} = \@token_order;
+	$rep{fence} = \@fence;
+	$rep{observed} = scalar grep { $_->{obs} } @leases;
+	return \%rep;
+}
+
+1;
