@@ -28,6 +28,7 @@ OBJS = \
 	src/handoff_remote.o \
 	src/lock_table.o \
 	src/lock_table_keep.o \
+	src/lock_table_index.o \
 	src/restart_memory.o \
 	src/locks_view.o \
 	src/wait_events.o \

@@ -388,6 +388,18 @@ rl_handoff_claim(int holder_slot, const char *resource,
 
 	if (rl_table == NULL || holder_slot < 0 || rl_handing.active)
 		return false;
+
+	/*
+	 * Nobody waits, the usual case: a shared look is enough.  A waiter that
+	 * comes after it asks the nodes itself, as one that comes after the
+	 * exclusive look below.
+	 */
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	w = rl_first_waiter(ours->key, holder_slot);
+	LWLockRelease(rl_table->lock);
+	if (w < 0)
+		return false;
+
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	w = rl_first_waiter(ours->key, holder_slot);
 	if (w >= 0)

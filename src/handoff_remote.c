@@ -84,20 +84,22 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 	int			nnodes = rl_nodes_count();
 	int			majority = rl_majority(nnodes);
 	int64_t		now = rl_now_us();
+	uint32		hash;
 
 	if (rl_table == NULL || node < 0 || node >= nnodes ||
 		(owner == NULL && !rl_collecting))
 		return;					/* a free lock concerns no collection */
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < rl_table->nslots && nwake < RL_WAKE_MAX; i++)
+	for (int i = rl_key_chain(key, &hash); i >= 0 && nwake < RL_WAKE_MAX;
+		 i = rl_table->slots[i].chain_next)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 		RlHandoff  *ho = &s->remote_result;
 		bool		ours;
 		RlTally		t;
 
-		if (!s->in_use || s->granted || s->remote_owner[0] == '\0' ||
-			strcmp(s->key, key) != 0 ||
+		if (s->granted || s->remote_owner[0] == '\0' ||
+			!RL_SLOT_OF_KEY(s, hash, key) ||
 			s->remote_nodes != rl_table->wakeup_nodes)
 			continue;
 		ours = owner != NULL && strcmp(s->remote_owner, owner) == 0;

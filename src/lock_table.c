@@ -24,6 +24,10 @@
  * nodes is another lock.  Holders and waiters only meet (wait behind each
  * other, hand over, wake each other) on the same nodes.
  *
+ * Slots are found by key through an index (lock_table_index.c): a grant,
+ * a release and a word from the nodes touch the slots of one key, never
+ * the whole table; a backend knows its own slots by number.
+ *
  * Removing a slot is used on the commit, abort and exit paths: it takes an
  * LWLock and sets a latch, and raises nothing.
  *
@@ -55,10 +59,17 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static Size
-table_size(void)
+slots_size(void)
 {
 	return add_size(offsetof(RlLockTable, slots),
 					mul_size(rl_max_leases, sizeof(RlSlot)));
+}
+
+/* The slots, then the buckets of their index by key */
+static Size
+table_size(void)
+{
+	return add_size(MAXALIGN(slots_size()), rl_index_size(rl_max_leases));
 }
 
 static void
@@ -86,6 +97,8 @@ table_shmem_startup(void)
 		rl_table->lock = &(GetNamedLWLockTranche("redlock locks"))->lock;
 		rl_table->nslots = rl_max_leases;
 		rl_table->next_seq = 1;
+		rl_index_init(rl_table,
+					  (int *) ((char *) rl_table + MAXALIGN(slots_size())));
 		for (int i = 0; i < RL_NWORKERS; i++)
 			rl_table->worker_procno[i] = -1;
 	}
@@ -179,6 +192,8 @@ rl_lock_table_waiting(int slot)
 	if (rl_table == NULL || slot < 0)
 		return;
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	if (!rl_table->slots[slot].waiting && !rl_table->slots[slot].granted)
+		rl_table->nwaiting++;
 	rl_table->slots[slot].waiting = true;
 	LWLockRelease(rl_table->lock);
 	rl_lock_table_wake_worker(RL_WORKER_WAKEUP);
@@ -213,6 +228,8 @@ rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
 	if (rl_table == NULL)
 		return 0;
 	LWLockAcquire(rl_table->lock, LW_SHARED);
+	if (rl_table->nwaiting == 0)
+		max = 0;				/* nobody waits: no need to look */
 	for (int i = 0; i < rl_table->nslots && n < max; i++)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
@@ -260,31 +277,33 @@ rl_lock_table_wake_key(const char *key, size_t keylen)
 int
 rl_lock_table_enter(const char *resource, const char *key)
 {
-	int			slot = -1;
+	int			slot;
+	RlSlot		entry;
 
 	if (rl_table == NULL)
 		return -1;
 
-	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < rl_table->nslots; i++)
-	{
-		RlSlot	   *s = &rl_table->slots[i];
+	/* filled in before the lock is taken, copied under it */
+	memset(&entry, 0, sizeof(entry));
+	entry.in_use = true;
+	entry.pid = MyProcPid;
+	entry.procno = rl_my_procno();
+	entry.dbid = MyDatabaseId;
+	entry.userid = GetSessionUserId();
+	entry.nodes = rl_lock_table_nodes();
+	entry.waitstart = GetCurrentTimestamp();
+	strlcpy(entry.resource, resource, sizeof(entry.resource));
+	strlcpy(entry.key, key, sizeof(entry.key));
 
-		if (s->in_use)
-			continue;
-		memset(s, 0, sizeof(*s));
-		s->in_use = true;
-		s->pid = MyProcPid;
-		s->procno = rl_my_procno();
-		s->dbid = MyDatabaseId;
-		s->userid = GetSessionUserId();
-		s->nodes = rl_lock_table_nodes();
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	slot = rl_index_alloc();
+	if (slot >= 0)
+	{
+		RlSlot	   *s = &rl_table->slots[slot];
+
+		memcpy(s, &entry, sizeof(entry));
 		s->wait_seq = rl_table->next_seq++;
-		s->waitstart = GetCurrentTimestamp();
-		strlcpy(s->resource, resource, sizeof(s->resource));
-		strlcpy(s->key, key, sizeof(s->key));
-		slot = i;
-		break;
+		rl_index_link(slot);
 	}
 	LWLockRelease(rl_table->lock);
 
@@ -305,13 +324,16 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 {
 	RlSlot	   *s;
 	int64_t		now = rl_now_us();
+	TimestampTz granted_at = GetCurrentTimestamp();
 
 	if (rl_table == NULL || slot < 0)
 		return;
 	s = &rl_table->slots[slot];
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	if (s->waiting && !s->granted)
+		rl_table->nwaiting--;
 	s->granted = true;
-	s->granted_at = GetCurrentTimestamp();
+	s->granted_at = granted_at;
 	s->token = g->token;
 	s->scopes = g->scopes;
 	s->valid_until_us = g->valid_until_us;
@@ -322,7 +344,13 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 	s->keep_until_us = now + (int64_t) rl_keep_alive_limit_s * 1000000;
 	s->keep_limit_s = rl_keep_alive_limit_s;
 	strlcpy(s->owner, g->owner, sizeof(s->owner));
-	strlcpy(s->key, g->key, sizeof(s->key));
+	if (strcmp(s->key, g->key) != 0)
+	{
+		/* not the key it was entered with: chain it by the new one */
+		rl_index_unlink(slot);
+		strlcpy(s->key, g->key, sizeof(s->key));
+		rl_index_link(slot);
+	}
 	s->remote = RL_REMOTE_NONE;
 	s->remote_owner[0] = '\0';
 	LWLockRelease(rl_table->lock);
@@ -368,13 +396,15 @@ int
 rl_first_waiter_on(const char *key, uint64_t nodes, int skip)
 {
 	int			first = -1;
+	uint32		hash;
 
-	for (int i = 0; i < rl_table->nslots; i++)
+	for (int i = rl_key_chain(key, &hash); i >= 0;
+		 i = rl_table->slots[i].chain_next)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
-		if (!s->in_use || s->granted || i == skip || s->nodes != nodes ||
-			strcmp(s->key, key) != 0)
+		if (s->granted || i == skip || s->nodes != nodes ||
+			!RL_SLOT_OF_KEY(s, hash, key))
 			continue;
 		if (first < 0 || s->wait_seq < rl_table->slots[first].wait_seq)
 			first = i;
@@ -409,7 +439,10 @@ rl_lock_table_remove(int slot)
 	next = rl_first_waiter_on(s->key, s->nodes, slot);
 	if (next >= 0)
 		procno = rl_table->slots[next].procno;
-	s->in_use = false;
+	if (s->waiting && !s->granted)
+		rl_table->nwaiting--;
+	rl_index_unlink(slot);
+	rl_index_free(slot);
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
 		SetLatch(rl_latch_of(procno));
@@ -441,16 +474,18 @@ rl_lock_table_holder_expiry(const char *key)
 {
 	int64_t		expiry = 0;
 	uint64_t	nodes = rl_lock_table_nodes();
+	uint32		hash;
 
 	if (rl_table == NULL)
 		return 0;
 	LWLockAcquire(rl_table->lock, LW_SHARED);
-	for (int i = 0; i < rl_table->nslots; i++)
+	for (int i = rl_key_chain(key, &hash); i >= 0;
+		 i = rl_table->slots[i].chain_next)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
-		if (s->in_use && s->granted && !s->lost && s->nodes == nodes &&
-			strcmp(s->key, key) == 0)
+		if (s->granted && !s->lost && s->nodes == nodes &&
+			RL_SLOT_OF_KEY(s, hash, key))
 			expiry = Max(expiry, s->valid_until_us +
 						 rl_drift_us(s->ttl_ms, rl_drift_factor) + 5000);
 	}

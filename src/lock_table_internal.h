@@ -2,8 +2,8 @@
  *
  * lock_table_internal.h
  *	  The layout of the server-wide lease table in shared memory, for the
- *	  files that work on it: lock_table.c, lock_table_keep.c, handoff.c,
- *	  handoff_remote.c and locks_view.c.
+ *	  files that work on it: lock_table.c, lock_table_keep.c,
+ *	  lock_table_index.c, handoff.c, handoff_remote.c and locks_view.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -39,6 +39,9 @@ typedef enum RlRemoteState
 typedef struct RlSlot
 {
 	bool		in_use;
+	int			chain_next;		/* the next slot of its key's chain, or of
+								 * the free list; -1 at the end */
+	uint32		key_hash;		/* rl_key_hash(key), while in use */
 	bool		granted;
 	bool		waiting;		/* it has waited (not just a first attempt) */
 	int			pid;
@@ -102,6 +105,11 @@ typedef struct RlLockTable
 	uint64_t	keepalive_nodes;	/* the keep-alive worker's
 									 * rl_lock_table_nodes(), or 0 */
 	uint64		next_seq;
+	int			nwaiting;		/* slots in use, not granted, waiting */
+	int			free_head;		/* the first free slot, or -1 */
+	int			nbuckets;		/* a power of two */
+	int		   *buckets;		/* the first slot of each key chain, or -1
+								 * (after the slots) */
 	int			nslots;
 	RlSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } RlLockTable;
@@ -113,5 +121,22 @@ extern Latch *rl_latch_of(int procno);
 extern int	rl_first_waiter(const char *key, int skip);
 extern int	rl_first_waiter_on(const char *key, uint64_t nodes, int skip);
 extern int	rl_remote_done(RlSlot *s);
+
+/*
+ * The index by key (lock_table_index.c).  Walk the slots of one key with
+ *		for (i = rl_key_chain(key, &hash); i >= 0; i = slots[i].chain_next)
+ * comparing key_hash and key: a chain holds other keys too.
+ */
+extern Size rl_index_size(int nslots);
+extern void rl_index_init(RlLockTable *t, int *buckets);
+extern uint32 rl_key_hash(const char *key);
+extern int	rl_key_chain(const char *key, uint32 *hash);
+extern int	rl_index_alloc(void);
+extern void rl_index_link(int slot);
+extern void rl_index_unlink(int slot);
+extern void rl_index_free(int slot);
+
+#define RL_SLOT_OF_KEY(s, hash, key) \
+	((s)->key_hash == (hash) && strcmp((s)->key, (key)) == 0)
 
 #endif							/* REDLOCK_LOCK_TABLE_INTERNAL_H */
