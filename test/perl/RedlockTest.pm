@@ -18,7 +18,7 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(redis_nodes node_list redlock_cluster redlock_pair wait_for
   free_port subscribed unsubscribed settled key_count keys_on no_keys start_waiter
-  asleep wait_event_of expected_wait_event nothing_crashed);
+  asleep wait_event_of expected_wait_event nothing_crashed faketime_preload);
 
 # $n real redis-server processes (args: extra redis-server arguments)
 sub redis_nodes
@@ -211,6 +211,28 @@ sub nothing_crashed
 	unlike(slurp_file($pg->logfile),
 		qr/terminated by signal|server process .* exited with exit code [^0]|PANIC/,
 		"${what}no backend died abnormally");
+}
+
+
+# What LD_PRELOAD runs the Redis server binary on a clock a test can step
+# (libfaketime, Debian's faketime), or an empty list, with the reason, when
+# this machine cannot: libfaketime missing, or the binary does not survive
+# it (valkey-server 8 dies at once under it).  libc's malloc is preloaded
+# ahead of libfaketime: redis-server's jemalloc reads the clock while
+# libfaketime starts up, which libfaketime cannot survive (Redis uses only
+# malloc, free and malloc_usable_size).
+sub faketime_preload
+{
+	my $bin = $ENV{REDLOCK_REDIS_SERVER} || 'redis-server';
+	my ($libfaketime) = glob('/usr/lib/*/faketime/libfaketime.so.1');
+	return (undef, 'libfaketime is not installed (Debian package faketime)')
+	  unless $libfaketime;
+	my ($libc) = `ldd \$(command -v $bin)` =~ m{(\S+/libc\.so\.6)};
+	return (undef, "no libc.so.6 found for $bin") unless $libc;
+	my $out = `timeout 10 env LD_PRELOAD='$libfaketime $libc' FAKETIME='+0' $bin --version 2>&1`;
+	return (undef, "$bin does not run under libfaketime (exit status $?)")
+	  unless $? == 0 && $out =~ /v=/;
+	return ("$libfaketime $libc", undef);
 }
 
 1;

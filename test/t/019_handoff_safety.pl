@@ -25,14 +25,9 @@ use RedisNode;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my ($libfaketime) = glob('/usr/lib/*/faketime/libfaketime.so.1');
-plan skip_all => 'libfaketime is not installed (Debian package faketime)'
-  unless $libfaketime;
-# redis-server's jemalloc calls clock_gettime() while libfaketime itself
-# starts up, which libfaketime cannot survive: libc's malloc is preloaded
-# ahead of it (Redis uses only malloc, free and malloc_usable_size)
-my ($libc) = `ldd \$(command -v redis-server)` =~ m{(\S+/libc\.so\.6)};
-die 'no libc.so.6 found for redis-server' unless $libc;
+use RedlockTest qw(faketime_preload);
+my ($preload, $why_not) = faketime_preload();
+plan skip_all => $why_not unless $preload;
 
 # node i runs with the clock offset in $clock[i]; step_clock changes it
 my @clock = map { PostgreSQL::Test::Utils::tempdir('clock') . '/offset' } 1 .. 3;
@@ -49,7 +44,7 @@ sub step_clock
 sub faked
 {
 	my ($i, $code) = @_;
-	local $ENV{LD_PRELOAD} = "$libfaketime $libc";
+	local $ENV{LD_PRELOAD} = $preload;
 	local $ENV{FAKETIME_TIMESTAMP_FILE} = $clock[$i];
 	local $ENV{FAKETIME_NO_CACHE} = 1;
 	local $ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;

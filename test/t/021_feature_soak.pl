@@ -32,6 +32,7 @@ use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedisNode;
+use RedlockTest qw(faketime_preload);
 use Test::More;
 use Time::HiRes qw(time usleep);
 
@@ -119,11 +120,9 @@ note "feature soak: seed $seed, ${seconds} s of faults, $per_server sessions per
 
 # ---------- 2. the nodes, one of them on a clock it can jump ----------
 
-my ($libfaketime) = glob('/usr/lib/*/faketime/libfaketime.so.1');
-my ($libc) = `ldd \$(command -v redis-server)` =~ m{(\S+/libc\.so\.6)};
-my $fake_node = $libfaketime && $libc ? 4 : undef;
-diag 'libfaketime is not installed (Debian package faketime): no clock jumps'
-  unless defined $fake_node;
+my ($preload, $why_not) = faketime_preload();
+my $fake_node = $preload ? 4 : undef;
+diag "$why_not: no clock jumps" unless defined $fake_node;
 my $clock_file = PostgreSQL::Test::Utils::tempdir('clock') . '/offset';
 my $clock_offset = 0;
 sub set_clock
@@ -141,7 +140,7 @@ sub node_env
 {
 	my ($i, $code) = @_;
 	return $code->() unless defined $fake_node && $i == $fake_node;
-	local $ENV{LD_PRELOAD} = "$libfaketime $libc";
+	local $ENV{LD_PRELOAD} = $preload;
 	local $ENV{FAKETIME_TIMESTAMP_FILE} = $clock_file;
 	local $ENV{FAKETIME_NO_CACHE} = 1;
 	local $ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
