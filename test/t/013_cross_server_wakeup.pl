@@ -168,8 +168,9 @@ $h->quit;
 # subscribes anew), so only the waiter's backstop (retry_delay, 500 ms
 # here) can get it the lease.  Without the backstop it waits until its
 # lock_timeout (8 s from its start, the release comes about 3 s after it)
-# and fails.  (A waiter with no backstop was seen woken about 10 s after
-# its start anyway: the limit stays below that.)
+# and fails.  (A waiter with no backstop used to be woken about 10 s after
+# its start anyway, by PostgreSQL's idle statistics flush timer; it no
+# longer asks for that, but the limit stays below it.)
 $west->safe_psql('postgres', "ALTER SYSTEM SET redlock.retry_delay = '500ms'; SELECT pg_reload_conf()");
 $west->poll_query_until('postgres', "SELECT current_setting('redlock.retry_delay') = '500ms'")
   or die 'the reload did not take';
