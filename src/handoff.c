@@ -444,6 +444,7 @@ finish(const RlHandoff *ho, bool release_if_gone)
 	{
 		s->handoff_result = *ho;
 		s->handoff = RL_HANDOFF_DONE;
+		s->woken = true;
 		procno = s->procno;
 	}
 	LWLockRelease(rl_table->lock);

@@ -64,6 +64,7 @@ rl_remote_done(RlSlot *s)
 		if (ho->votes[i] == RL_VOTE_PENDING)
 			ho->votes[i] = RL_VOTE_FAILED;
 	s->remote = RL_REMOTE_DONE;
+	s->woken = true;
 	return s->procno;
 }
 

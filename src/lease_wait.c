@@ -93,6 +93,7 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 			 RlGrant *grant)
 {
 	long		delay_ms = sleep_ms(w, last);
+	int64_t		until_us;
 	RlHandoff	ho;
 	RlHandoffOutcome outcome;
 	RlRequest	req;
@@ -106,11 +107,28 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 	}
 
 	rl_handoff_offer(w->slot, w->ttl_ms, &w->offer);
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 delay_ms, rl_wait_event_lease());
-	ResetLatch(MyLatch);
-	/* an offer taken up is released by the abort path if this raises */
-	CHECK_FOR_INTERRUPTS();
+	until_us = rl_now_us() + (int64_t) delay_ms * 1000;
+	for (;;)
+	{
+		int			rc;
+
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   delay_ms, rl_wait_event_lease());
+		ResetLatch(MyLatch);
+		/* an offer taken up is released by the abort path if this raises */
+		CHECK_FOR_INTERRUPTS();
+
+		/*
+		 * Only a wake-up with a reason ends the sleep before the backstop:
+		 * the latch is also set by PostgreSQL's own timers and signals,
+		 * which say nothing of the lease.
+		 */
+		if (rl_lock_table_take_wake(w->slot) || (rc & WL_TIMEOUT) != 0)
+			break;
+		delay_ms = (long) ((until_us - rl_now_us() + 999) / 1000);
+		if (delay_ms <= 0)
+			break;
+	}
 
 	/*
 	 * A holder is handing us the lease: its round has a deadline, but our

@@ -261,10 +261,13 @@ rl_lock_table_wake_key(const char *key, size_t keylen)
 		return;
 	memcpy(k, key, keylen);
 	k[keylen] = '\0';
-	LWLockAcquire(rl_table->lock, LW_SHARED);
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	first = rl_first_waiter(k, -1);
 	if (first >= 0)
+	{
+		rl_table->slots[first].woken = true;
 		procno = rl_table->slots[first].procno;
+	}
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
 		SetLatch(rl_latch_of(procno));
@@ -438,7 +441,10 @@ rl_lock_table_remove(int slot)
 	Assert(s->in_use && s->pid == MyProcPid);
 	next = rl_first_waiter_on(s->key, s->nodes, slot);
 	if (next >= 0)
+	{
+		rl_table->slots[next].woken = true;
 		procno = rl_table->slots[next].procno;
+	}
 	if (s->waiting && !s->granted)
 		rl_table->nwaiting--;
 	rl_index_unlink(slot);
@@ -446,6 +452,28 @@ rl_lock_table_remove(int slot)
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
 		SetLatch(rl_latch_of(procno));
+}
+
+/*
+ * Was the waiter of this slot woken for a reason (a release, its turn, a
+ * handoff's outcome, a lost lease) since it last asked?  Clears the mark.
+ * Its latch is also set by things that are none of ours (PostgreSQL's own
+ * timers, such as the idle statistics flush armed before the call, and
+ * signals): those must not make it ask the nodes.  False without the
+ * table: nobody wakes a waiter that polls.
+ */
+bool
+rl_lock_table_take_wake(int slot)
+{
+	bool		woken;
+
+	if (rl_table == NULL || slot < 0)
+		return false;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	woken = rl_table->slots[slot].woken;
+	rl_table->slots[slot].woken = false;
+	LWLockRelease(rl_table->lock);
+	return woken;
 }
 
 /* Is this waiting slot first in line for its resource on this server? */

@@ -54,6 +54,7 @@ extern void rl_lock_table_set_worker(RlWorkerRole role, bool running);
 extern void rl_lock_table_wake_worker(RlWorkerRole role);
 extern int	rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max);
 extern void rl_lock_table_wake_key(const char *key, size_t keylen);
+extern bool rl_lock_table_take_wake(int slot);
 extern bool rl_lock_table_enabled(void);
 extern uint64_t rl_lock_table_nodes(void);
 extern int	rl_lock_table_enter(const char *resource, const char *key);

@@ -44,6 +44,8 @@ typedef struct RlSlot
 	uint32		key_hash;		/* rl_key_hash(key), while in use */
 	bool		granted;
 	bool		waiting;		/* it has waited (not just a first attempt) */
+	bool		woken;			/* its latch was set for a reason to ask
+								 * the nodes (rl_lock_table_take_wake) */
 	int			pid;
 	int			procno;			/* whose latch to set */
 	Oid			dbid;

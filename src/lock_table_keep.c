@@ -134,7 +134,10 @@ mark_lost(RlSlot *s, int64_t now)
 	s->lost = true;
 	s->valid_until_us = Min(s->valid_until_us, now);
 	next = rl_first_waiter_on(s->key, s->nodes, -1);
-	return next >= 0 ? rl_table->slots[next].procno : -1;
+	if (next < 0)
+		return -1;
+	rl_table->slots[next].woken = true;
+	return rl_table->slots[next].procno;
 }
 
 /*
