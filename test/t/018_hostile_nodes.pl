@@ -25,7 +25,8 @@ $pg->init;
 $pg->append_conf('postgresql.conf',
 	    "shared_preload_libraries = 'redlock'\n"
 	  . "redlock.nodes = '${\ join(',', map { $_->addr } @redis) }'\n"
-	  . "redlock.connect_timeout = '1s'\nredlock.retry_delay = '200ms'\n");
+	  . "redlock.connect_timeout = '1s'\nredlock.retry_delay = '200ms'\n"
+	  . "redlock.restart_quarantine = 0\n");    # restarted nodes count at once
 $pg->start;
 $pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
 my $pm_start = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');

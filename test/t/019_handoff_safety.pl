@@ -67,7 +67,8 @@ for my $name ('east', 'west')
 	$node->init;
 	$node->append_conf('postgresql.conf',
 		"shared_preload_libraries = 'redlock'\nredlock.nodes = '$nodes'\n"
-		  . "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
+		  . "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n"
+		  . "redlock.restart_quarantine = 0\n");    # restarted nodes count at once
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION redlock');
 	push @pg, $node;

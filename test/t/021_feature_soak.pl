@@ -175,6 +175,7 @@ for my $name ('east', 'west')
 shared_preload_libraries = 'redlock'
 redlock.nodes = '$nodes'
 redlock.node_timeout = 100
+redlock.restart_quarantine = 0
 max_connections = 40
 log_line_prefix = '%m [%p] %a '
 EOC
