@@ -85,6 +85,7 @@ $s->query_safe("CALL cycles($batch)");
 my $ctx0 = context_bytes();
 my $heap0 = heap_kb();
 my @conn0 = map { [ clients($_) ] } @redis;
+my $logpos = -s $pg->logfile;
 
 my $t0 = time;
 my @ctx_trace;
@@ -110,8 +111,13 @@ for my $i (0 .. $#redis)
 	my ($c0, $tot0) = @{ $conn0[$i] };
 	my ($c1, $tot1) = @{ $conn1[$i] };
 	is($c1, $c0, "node $i: connected_clients unchanged ($c0 -> $c1)");
-	# each measurement opens two redis-cli connections of its own
-	is($tot1 - $tot0, 2, "node $i: no new connection from the backend over $cycles cycles");
+	# each measurement opens two redis-cli connections of its own; a node
+	# that stalls on a busy machine may make the backend drop its
+	# connection and open a new one, which it logs ("stopped answering")
+	my $addr = quotemeta($redis[$i]->addr);
+	my $again = () = slurp_file($pg->logfile, $logpos) =~ /\[$pid\].*Redis node $addr stopped answering/g;
+	is($tot1 - $tot0, 2 + $again,
+		"node $i: no new connection from the backend over $cycles cycles but the $again it logged");
 }
 
 # many leases released at once (unlock_all, COMMIT, backend exit) go out
