@@ -110,14 +110,14 @@ ok(wait_for(sub { all_lock('r1', $wpid) }), 'r1: every node holds the lock for t
 is(join(' ', lock_values('r1')), join(' ', ($offered) x @redis), 'r1: with the value it offered');
 ok(wait_for(sub { no_offer('r1') }), 'r1: no offer is left on any node');
 is(west_attempts() - $a0, 0, 'r1: the waiter made no attempt of its own after the release');
-# besides east's release: the waiter's offer is older than a round, so it
-# confirms the handoff on the nodes that handed it over (protocol_handoff.c),
-# and it withdraws earlier offers from a node that had not answered its
-# last attempts when their rounds were decided (on a busy machine, up to
-# two there: seen as "3 1 4"); that it made no attempt of its own is
-# checked above
+# besides east's release (one script call on every node): the waiter's
+# offer is older than a round, so it confirms the handoff on the nodes that
+# handed it over (protocol_handoff.c); it also withdraws earlier offers from
+# nodes that had not answered its last attempts when their rounds were
+# decided, as many as a busy machine made (seen: 3 1 4, 1 3 5), so no upper
+# bound here: that it made no attempt of its own is checked above
 my @evals = evals_per_node();
-ok(!grep({ $_ < 1 || $_ > 4 } @evals) && (grep { $_ >= 2 } @evals) >= 2,
+ok(!grep({ $_ < 1 } @evals) && (grep { $_ >= 2 } @evals) >= 2,
 	"r1: east's release was the handoff, confirmed by the waiter on a majority (script calls per node: @evals)");
 $w->query_safe("SELECT redlock_unlock('r1')");
 ok(wait_for(sub { no_lock('r1') }), 'r1: nothing is left after its unlock');
