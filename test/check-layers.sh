@@ -65,10 +65,11 @@ net       nodes.h node_internal.h node_conn.c node_sock.c node_tls.c
           node_server.c node_report.c
 # the Redlock protocol and its scripts
 protocol  protocol.h protocol_internal.h protocol.c protocol_extend.c
-          protocol_handoff.c
+          protocol_handoff.c protocol_release.c
 # shared state: the lock table, the handoff, the statistics
 shared    lock_table.h lock_table_internal.h lock_table.c lock_table_keep.c
-          handoff.h handoff.c handoff_remote.c stats.h stats.c
+          lock_table_index.c handoff.h handoff.c handoff_remote.c stats.h stats.c
+          restart_memory.h restart_memory.c
 # a backend'"'"'s leases and their lifecycle
 lease     registry.h registry.c lifecycle.h lifecycle.c lease_wait.h
           lease_wait.c
