@@ -41,6 +41,29 @@ silence_limit_us(void)
 }
 
 /*
+ * Drop the connection of a node that has owed replies in silence for the
+ * silence limit, or is still connecting past its deadline.  True when it
+ * was dropped.
+ */
+static bool
+drop_if_overdue(RlNode *node, int64_t now)
+{
+	if (node->state == RL_CONN_READY && node->owed_count > 0 &&
+		now - node->last_progress_us > silence_limit_us())
+	{
+		node_fail(node, NULL, "stopped answering (no reply for %d ms)",
+				  (int) ((now - node->last_progress_us) / 1000));
+		return true;
+	}
+	if (node_connecting(node) && now > node->connect_deadline_us)
+	{
+		report_connect_timeout(node, NULL);
+		return true;
+	}
+	return false;
+}
+
+/*
  * Before a round: take replies that arrived since the last one, and drop
  * connections that have owed replies in silence for too long.
  */
@@ -57,12 +80,7 @@ nodes_housekeeping(void)
 
 		if (node->state == RL_CONN_READY && node->owed_count > 0)
 			pipeline_read(node, NULL);
-		if (node->state == RL_CONN_READY && node->owed_count > 0 &&
-			now - node->last_progress_us > silence_limit_us())
-			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
-					  (int) ((now - node->last_progress_us) / 1000));
-		else if (node_connecting(node) && now > node->connect_deadline_us)
-			report_connect_timeout(node, NULL);
+		(void) drop_if_overdue(node, now);
 	}
 }
 
@@ -458,14 +476,10 @@ rl_nodes_ping_idle(int interval_ms)
 	{
 		RlNode	   *node = &rl_nodes[i];
 
-		if (node->state == RL_CONN_READY && node->owed_count > 0 &&
-			now - node->last_progress_us > silence_limit_us())
-			node_fail(node, NULL, "stopped answering (no reply for %d ms)",
-					  (int) ((now - node->last_progress_us) / 1000));
-		else if (node_connecting(node) && now > node->connect_deadline_us)
-			report_connect_timeout(node, NULL);
-		else if (node->state == RL_CONN_READY && node->owed_count == 0 &&
-				 now - node->last_heard_us >= (int64_t) interval_ms * 1000)
+		if (drop_if_overdue(node, now))
+			continue;
+		if (node->state == RL_CONN_READY && node->owed_count == 0 &&
+			now - node->last_heard_us >= (int64_t) interval_ms * 1000)
 		{
 			/* a subscribed connection answers ["pong", ""]: any reply does */
 			if (sock_append(node, ping, sizeof(ping) - 1) &&
