@@ -5,6 +5,9 @@
 # client_cert => ..., client_key => ... } the node listens for TLS only
 # (--port 0 --tls-port PORT), and redis-cli talks to it over TLS.
 #
+# With also_bind => ['127.0.0.2'] the node listens on those addresses too:
+# one server reached under two names.
+#
 # The server binary is $ENV{REDLOCK_REDIS_SERVER} (run-tests.sh
 # --redis-server sets it, e.g. to /usr/bin/valkey-server), by default
 # redis-server.
@@ -29,6 +32,7 @@ sub new
 		args => $args{args} // [],
 		tls => $args{tls},
 		host => $args{host} // '127.0.0.1',
+		also_bind => $args{also_bind} // [],
 		pid => undef,
 	};
 	bless $self, $class;
@@ -83,6 +87,7 @@ sub start
 			'--tls-auth-clients', $t->{auth_clients} // 'no');
 	}
 	system($ENV{REDLOCK_REDIS_SERVER} || 'redis-server', @listen, '--bind', $self->{host},
+		@{ $self->{also_bind} },
 		'--dir', $self->{dir}, '--save', '', '--appendonly', 'no',
 		'--daemonize', 'yes', '--pidfile', $pidfile,
 		'--logfile', "$self->{dir}/redis.log", @{ $self->{args} }) == 0
