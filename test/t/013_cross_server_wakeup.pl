@@ -166,11 +166,12 @@ $h->quit;
 # --- a lost message costs latency, never liveness: the wake-up worker is
 # stopped (SIGSTOP: it neither hears the release nor restarts and
 # subscribes anew), so only the waiter's backstop (retry_delay, 500 ms
-# here) can get it the lease.  Without the backstop it waits until its
-# lock_timeout (8 s from its start, the release comes about 3 s after it)
-# and fails.  (A waiter with no backstop used to be woken about 10 s after
-# its start anyway, by PostgreSQL's idle statistics flush timer; it no
-# longer asks for that, but the limit stays below it.)
+# here) can get it the lease.  The waiter has no lock_timeout (a wait that
+# ends makes a last attempt, which would get it the lease without any
+# backstop) and is given 20 s, forty backstops: without the backstop it
+# would sleep for the server's retry_delay, 60 s.  (A waiter with no
+# backstop used to be woken about 10 s after its start anyway, by
+# PostgreSQL's idle statistics flush timer; it no longer asks for that.)
 $west->safe_psql('postgres', "ALTER SYSTEM SET redlock.retry_delay = '500ms'; SELECT pg_reload_conf()");
 $west->poll_query_until('postgres', "SELECT current_setting('redlock.retry_delay') = '500ms'")
   or die 'the reload did not take';
@@ -178,12 +179,15 @@ $h = $east->background_psql('postgres', on_error_stop => 0);
 $h->query_safe("SELECT redlock_lock('x:d', 60000)");
 my $wk = $west->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
 like($wk, qr/^\d+$/, 'the wake-up worker runs');
-my ($w2) = start_waiter($west, 'x:d', set => "SET lock_timeout = '8s'");
+my ($w2, $dpid) = start_waiter($west, 'x:d', set => "SET lock_timeout = 0");
 kill 'STOP', $wk;
 $h->query_safe("SELECT redlock_unlock('x:d')");
-like($w2->query('SELECT :got'), qr/^\d+$/, 'without the wake-up worker the waiter still gets the lease')
-  or diag $w2->{stderr};
+ok(wait_for(sub {
+	$west->safe_psql('postgres',
+		"SELECT count(*) FROM redlock_locks WHERE resource = 'x:d' AND granted AND pid = $dpid") eq '1'
+}, 20), 'without the wake-up worker the waiter still gets the lease (retry_delay 500 ms, given 20 s)');
 kill 'CONT', $wk;
+like($w2->query_safe('SELECT :got'), qr/^\d+$/, 'with a token');
 $w2->quit;
 $h->quit;
 
