@@ -3,13 +3,8 @@
 -- health, and who may do what.
 --
 CREATE EXTENSION dblink;
-CREATE FUNCTION pg_temp.outcome(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE q;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/outcome.sql
 
 -- the runner's nodes listen on ports that vary per run: the node lists
 -- used below, from its first node
