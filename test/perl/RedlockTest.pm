@@ -35,12 +35,13 @@ sub node_list
 
 # A started cluster with the extension created.  Options: nodes => [nodes]
 # (redlock.nodes; none: not set), preload => 1 (shared_preload_libraries),
-# conf => extra postgresql.conf text, no_extension => 1.
+# conf => extra postgresql.conf text, no_extension => 1, init => {options
+# of PostgreSQL::Test::Cluster's init, e.g. allows_streaming => 1}.
 sub redlock_cluster
 {
 	my ($name, %opt) = @_;
 	my $pg = PostgreSQL::Test::Cluster->new($name);
-	$pg->init;
+	$pg->init(%{ $opt{init} // {} });
 	# restarted nodes count at once, as the tests expect (a test of the
 	# quarantine sets its own, later in the file: the last line wins)
 	my $conf = "redlock.restart_quarantine = 0\n";
@@ -235,6 +236,112 @@ sub faketime_preload
 	return (undef, "$bin does not run under libfaketime (exit status $?)")
 	  unless $? == 0 && $out =~ /v=/;
 	return ("$libfaketime $libc", undef);
+}
+
+# ------------------------------------------------------------------------
+# Sessions, workers and nodes as several tests look at them, and two
+# servers on the same nodes (redlock_pair): a waiter on one that the other's
+# releases must reach.
+
+push @EXPORT, qw(run_in reload_seen worker_pid proc_kb attempts lock_values
+  offer_values command_calls remote_waiter);
+
+# one statement in a background session: (stdout, stderr), neither undef
+sub run_in
+{
+	my ($session, $sql) = @_;
+	$session->{stderr} = '';
+	my $out = $session->query($sql);
+	my $err = $session->{stderr};
+	$session->{stderr} = '';
+	return ($out // '', $err // '');
+}
+
+# pg_reload_conf() on $pg, and wait until the configuration was read again:
+# by $session (a backend reads it between statements), or, without one, by
+# a new session (which starts with what the postmaster read)
+sub reload_seen
+{
+	my ($pg, $session) = @_;
+	my $sql = 'SELECT pg_conf_load_time()';
+	my $before = $session ? $session->query_safe($sql) : $pg->safe_psql('postgres', $sql);
+	$pg->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	my $seen = "SELECT pg_conf_load_time() > '$before'";
+	wait_for(sub { ($session ? $session->query_safe($seen) : $pg->safe_psql('postgres', $seen)) eq 't' })
+	  or die 'the configuration was not read again';
+}
+
+# the pid of $pg's redlock worker of that kind ('wake-up', 'keep-alive'),
+# '' when none runs
+sub worker_pid
+{
+	my ($pg, $kind) = @_;
+	return $pg->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock $kind'");
+}
+
+# kB of a field of /proc/PID/status (VmRSS, VmHWM: the peak, RssAnon); a
+# reading that fails dies, so that it never reads the same on both sides
+sub proc_kb
+{
+	my ($pid, $field) = @_;
+	open my $fh, '<', "/proc/$pid/status" or die "/proc/$pid/status: $!";
+	my ($kb) = map { /^\Q$field\E:\s+(\d+) kB/ ? $1 : () } <$fh>;
+	close $fh;
+	die "no $field in /proc/$pid/status" unless defined $kb;
+	return $kb;
+}
+
+# acquire attempts of every backend of $pg so far (asking the nodes)
+sub attempts
+{
+	my ($pg) = @_;
+	return $pg->safe_psql('postgres', 'SELECT coalesce(sum(attempts), 0) FROM redlock_stats');
+}
+
+# on each node: the value of $res's lock, '-' for none
+sub lock_values
+{
+	my ($res, @redis) = @_;
+	return map { my $v = $_->cli('GET', "redlock:lock:$res"); $v eq '' ? '-' : $v } @redis;
+}
+
+# on each node: the value of the waiters' offer for $res ("redlock:wait:"),
+# '-' for none
+sub offer_values
+{
+	my ($res, @redis) = @_;
+	return map { my $v = $_->cli('HGET', "redlock:wait:$res", 'v'); $v eq '' ? '-' : $v } @redis;
+}
+
+# the calls of a Redis command the nodes ran since their start or their last
+# CONFIG RESETSTAT, all nodes together ('eval' counts EVAL and EVALSHA)
+sub command_calls
+{
+	my ($cmd, @redis) = @_;
+	my $re = $cmd eq 'eval' ? 'eval(?:sha)?' : quotemeta($cmd);
+	my $n = 0;
+	for my $r (@redis)
+	{
+		my $info = $r->cli('INFO', 'commandstats');
+		$n += $1 while $info =~ /^cmdstat_$re:calls=(\d+)/mg;
+	}
+	return $n;
+}
+
+# A waiter on $pg for $res that releases on another server (which shares
+# the nodes @$redis) must reach: start_waiter's session (its options), once
+# the wake-up worker of $pg listens for the key on every node; with
+# settled => 1, also asleep for good (see settled).
+sub remote_waiter
+{
+	my ($pg, $res, $redis, %opt) = @_;
+	my $settle = delete $opt{settled};
+	my ($w, $pid) = start_waiter($pg, $res, %opt);
+	subscribed("redlock:lock:$res", @$redis)
+	  or die $pg->name . "'s wake-up worker does not listen for $res on every node";
+	settled($pg, $pid) if $settle;
+	return ($w, $pid);
 }
 
 1;
