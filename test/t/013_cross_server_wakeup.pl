@@ -19,18 +19,16 @@ my ($east, $west) = redlock_pair(nodes => \@redis,
 # can be) was woken; half of it leaves a busy machine room
 my $woken_within = 30;
 
-# a waiter on west for $res; returns the session once it is queued and heard
+# a waiter on west for $res; returns the session once it is queued, asleep
+# and heard (west's wake-up worker listens for the key on every node)
 sub west_waiter
 {
 	my ($res) = @_;
-	my ($w, $pid) = start_waiter($west, $res);
-	ok(subscribed("redlock:lock:$res", @redis), "west's wake-up worker listens for $res on every node");
+	my ($w, $pid) = remote_waiter($west, $res, \@redis);
 	return wantarray ? ($w, $pid) : $w;
 }
 
-like($west->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'"),
-	qr/^1$/, 'the wake-up worker runs');
+like(worker_pid($west, 'wake-up'), qr/^\d+$/, 'the wake-up worker runs');
 
 # --- unlock on east wakes the waiter on west
 my $h = $east->background_psql('postgres', on_error_stop => 0);
@@ -86,7 +84,7 @@ $h->quit;
 # the waiter starts and the holder releases.
 $h = $east->background_psql('postgres', on_error_stop => 0);
 $h->query_safe("SELECT redlock_lock('x:race', 60000)");
-my $wkr = $west->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
+my $wkr = worker_pid($west, 'wake-up');
 kill 'STOP', $wkr;
 ($w, my $race_pid) = start_waiter($west, 'x:race');
 is(wait_event_of($west, $race_pid), 'Extension/' . expected_wait_event($west, 'lease'),
@@ -111,7 +109,7 @@ $h->query_safe("SELECT redlock_lock('x:m', 60000)");
 ($w, my $mpid) = west_waiter('x:m');
 settled($west, $mpid);
 my $mon = $west->background_psql('postgres', on_error_stop => 0);
-my $attempts = sub { $mon->query_safe('SELECT attempts FROM redlock_stats') };
+my $attempts = sub { $mon->query_safe('SELECT coalesce(sum(attempts), 0) FROM redlock_stats') };
 my $a0 = $attempts->();
 # watched for half of node_timeout after the publication (the worker hears
 # it after redis-cli returns: the window is at least that long)
@@ -177,7 +175,7 @@ $west->poll_query_until('postgres', "SELECT current_setting('redlock.retry_delay
   or die 'the reload did not take';
 $h = $east->background_psql('postgres', on_error_stop => 0);
 $h->query_safe("SELECT redlock_lock('x:d', 60000)");
-my $wk = $west->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
+my $wk = worker_pid($west, 'wake-up');
 like($wk, qr/^\d+$/, 'the wake-up worker runs');
 my ($w2, $dpid) = start_waiter($west, 'x:d', set => "SET lock_timeout = 0");
 kill 'STOP', $wk;

@@ -20,51 +20,12 @@ my $pg = redlock_cluster('handoff', nodes => \@redis, preload => 1,
 	conf => "redlock.retry_delay = '60s'\nredlock.retry_jitter = 0\n");
 my $woken_within = 30;
 
-# calls of a command the nodes have run so far, all nodes together
-sub calls
-{
-	my ($cmd) = @_;
-	my $n = 0;
-	for my $r (@redis)
-	{
-		my $info = $r->cli('INFO', 'commandstats');
-		$n += $1 if $info =~ /^cmdstat_$cmd:calls=(\d+)/m;
-	}
-	return $n;
-}
-sub evals { return calls('eval') }
-sub publishes { return calls('publish') }
-
-# the value of $res's lock key on each node ('-' for none)
-sub values_of
-{
-	my ($res) = @_;
-	return map { my $v = $_->cli('GET', "redlock:lock:$res"); $v eq '' ? '-' : $v } @redis;
-}
-
-# the same on the first node only (the others may be stopped)
-sub first_value
-{
-	my ($res) = @_;
-	return $redis[0]->cli('GET', "redlock:lock:$res");
-}
+# script calls and publications the nodes have run so far, all together
+sub evals { return command_calls('eval', @redis) }
+sub publishes { return command_calls('publish', @redis) }
 
 # how many nodes a round may not have waited for: it ends at a majority
 my $late = @redis - int(@redis / 2) - 1;
-
-sub attempts
-{
-	return $pg->safe_psql('postgres', 'SELECT attempts FROM redlock_stats');
-}
-
-# a session waiting in redlock_lock($res), with settings $set, queued and
-# asleep (its first turn is to wait: the holder is on this server); returns
-# it and its pid
-sub waiter
-{
-	my ($res, $set) = @_;
-	return start_waiter($pg, $res, set => $set);
-}
 
 my $h = $pg->background_psql('postgres', on_error_stop => 0);
 $h->set_query_timer_restart();    # a long-lived session: the timeout per query
@@ -72,9 +33,9 @@ my $hpid = $h->query_safe('SELECT pg_backend_pid()');
 
 # --- unlock: one round hands the lease over
 my $t1 = $h->query_safe("SELECT redlock_lock('ho:a', 60000)");
-my ($w, $wpid) = waiter('ho:a');
-ok(wait_for(sub { !grep { $_ eq '-' } values_of('ho:a') }), 'the holder holds it on every node');
-my ($e0, $a0) = (evals(), attempts());
+my ($w, $wpid) = start_waiter($pg, 'ho:a');
+ok(wait_for(sub { !grep { $_ eq '-' } lock_values('ho:a', @redis) }), 'the holder holds it on every node');
+my ($e0, $a0) = (evals(), attempts($pg));
 my $t0 = time;
 is($h->query_safe("SELECT redlock_unlock('ho:a')"), 't', 'the holder unlocks');
 my $tok = $w->query_safe('SELECT :got');
@@ -87,8 +48,8 @@ usleep(200_000);
 # release of the holder's own value (a no-op there once the handoff ran)
 cmp_ok(evals() - $e0, '<=', @redis + $late,
 	'the release and the grant were one round: one EVAL per node (and a release where it did not wait)');
-is(attempts() - $a0, 0, 'the waiter made no attempt of its own');
-is(join(' ', map { /:(\d+)$/ ? $1 : $_ } values_of('ho:a')), join(' ', ($wpid) x @redis),
+is(attempts($pg) - $a0, 0, 'the waiter made no attempt of its own');
+is(join(' ', map { /:(\d+)$/ ? $1 : $_ } lock_values('ho:a', @redis)), join(' ', ($wpid) x @redis),
 	'every node holds the lock for the waiter');
 is($pg->safe_psql('postgres',
 		"SELECT pid = $wpid AND granted AND scope = 'session' FROM redlock_locks WHERE resource = 'ho:a'"),
@@ -96,7 +57,7 @@ is($pg->safe_psql('postgres',
 is($w->query_safe("SELECT validity_ms BETWEEN 50000 AND 60000 FROM redlock_leases WHERE resource = 'ho:a'"),
 	't', "its validity counts its own TTL from the holder's round");
 is($w->query_safe("SELECT redlock_unlock('ho:a')"), 't', 'the new holder unlocks');
-ok(wait_for(sub { join(' ', values_of('ho:a')) eq join(' ', ('-') x @redis) }),
+ok(wait_for(sub { join(' ', lock_values('ho:a', @redis)) eq join(' ', ('-') x @redis) }),
 	'and nothing is left on the nodes');
 $w->quit;
 
@@ -104,23 +65,23 @@ $w->quit;
 for my $end ('COMMIT', 'ROLLBACK')
 {
 	$t1 = $h->query_safe("BEGIN; SELECT redlock_xact_lock('ho:x', 60000)");
-	($w, $wpid) = waiter('ho:x');
-	$a0 = attempts();
+	($w, $wpid) = start_waiter($pg, 'ho:x');
+	$a0 = attempts($pg);
 	$h->query_safe($end);
 	$tok = $w->query_safe('SELECT :got');
 	cmp_ok($tok, '>', $t1, "$end hands the lease over, with a newer token");
-	is(attempts() - $a0, 0, "$end: the waiter made no attempt of its own");
+	is(attempts($pg) - $a0, 0, "$end: the waiter made no attempt of its own");
 	$w->query_safe("SELECT redlock_unlock('ho:x')");
 	$w->quit;
 }
 
 $t1 = $h->query_safe("SELECT redlock_lock('ho:e', 60000)");
-($w, $wpid) = waiter('ho:e');
-$a0 = attempts();
+($w, $wpid) = start_waiter($pg, 'ho:e');
+$a0 = attempts($pg);
 $pg->safe_psql('postgres', "SELECT pg_terminate_backend($hpid)");
 $tok = $w->query_safe('SELECT :got');
 cmp_ok($tok, '>', $t1, "the holder's exit hands the lease over");
-is(attempts() - $a0, 0, "exit: the waiter made no attempt of its own");
+is(attempts($pg) - $a0, 0, "exit: the waiter made no attempt of its own");
 $w->query_safe("SELECT redlock_unlock('ho:e')");
 $w->quit;
 eval { $h->quit };
@@ -130,14 +91,14 @@ $hpid = $h->query_safe('SELECT pg_backend_pid()');
 
 # --- one COMMIT ends three leases, two of them awaited
 $h->query_safe("BEGIN; SELECT count(redlock_xact_lock('ho:m' || g, 60000)) FROM generate_series(1, 3) g");
-my ($w1) = waiter('ho:m1');
-my ($w2) = waiter('ho:m2');
+my ($w1) = start_waiter($pg, 'ho:m1');
+my ($w2) = start_waiter($pg, 'ho:m2');
 $h->query_safe('COMMIT');
 like($w1->query_safe('SELECT :got'), qr/^\d+$/, 'COMMIT of three leases: the first waiter is granted');
 like($w2->query_safe('SELECT :got'), qr/^\d+$/, 'and the second');
 $w1->query_safe('SELECT redlock_unlock_all()');
 $w2->query_safe('SELECT redlock_unlock_all()');
-ok(wait_for(sub { join(' ', map { values_of("ho:m$_") } 1 .. 3) eq join(' ', ('-') x (3 * @redis)) }),
+ok(wait_for(sub { join(' ', map { lock_values("ho:m$_", @redis) } 1 .. 3) eq join(' ', ('-') x (3 * @redis)) }),
 	'nothing of the three is left on the nodes');
 $w1->quit;
 $w2->quit;
@@ -146,7 +107,7 @@ $w2->quit;
 # announces nothing (nobody waits for a lock that was never held)
 $h->query_safe("SELECT redlock_lock('ho:r', 60000)");
 # the grant needs a majority: wait until the last node has run it too
-ok(wait_for(sub { !grep { $_ eq '-' } values_of('ho:r') }), 'the holder holds it on every node');
+ok(wait_for(sub { !grep { $_ eq '-' } lock_values('ho:r', @redis) }), 'the holder holds it on every node');
 ($e0, my $p0) = (evals(), publishes());
 is($pg->safe_psql('postgres', "SELECT redlock_try_lock('ho:r') IS NULL"), 't', 'a second session is refused');
 # the round ends once a majority refused: the withdrawal still goes to the
@@ -168,19 +129,19 @@ $h->query_safe("SELECT redlock_unlock('ho:r')");
 # --- the waiter gives up while the holder hands it the lease: two of the
 # three nodes are stopped, so the holder's round waits for its node_timeout
 $h->query_safe("SELECT redlock_lock('ho:g', 60000)");
-($w, $wpid) = waiter('ho:g');
+($w, $wpid) = start_waiter($pg, 'ho:g');
 $_->pause for @redis[1, 2];
 $h->query_safe("SET redlock.node_timeout = '3s'");
 $h->query_until(qr/unlocking/, "\\echo unlocking\nSELECT redlock_unlock('ho:g');\n");
 # the holder's handoff reached the running node: the lock is the waiter's there
-ok(wait_for(sub { first_value('ho:g') =~ /:$wpid$/ }),
+ok(wait_for(sub { (lock_values('ho:g', $redis[0]))[0] =~ /:$wpid$/ }),
 	'the handoff set the waiter\'s value on the running node');
 $pg->safe_psql('postgres', "SELECT pg_cancel_backend($wpid)");
 $w->query('SELECT 1');
 like($w->{stderr}, qr/canceling statement due to user request/, 'the waiter was cancelled meanwhile');
 $_->resume for @redis[1, 2];
 $h->query('SELECT 1');    # the unlock has finished
-ok(wait_for(sub { join(' ', values_of('ho:g')) eq join(' ', ('-') x @redis) }),
+ok(wait_for(sub { join(' ', lock_values('ho:g', @redis)) eq join(' ', ('-') x @redis) }),
 	'nothing of the handoff is left on any node');
 like($pg->safe_psql('postgres', "SELECT redlock_try_lock('ho:g', 60000)"), qr/^\d+$/,
 	'the next session takes the lease at once');
@@ -189,21 +150,21 @@ $w->quit;
 # --- the holder is interrupted in the middle of the handoff: the waiter
 # goes on and takes the lease itself
 $t1 = $h->query_safe("RESET redlock.node_timeout; SELECT redlock_lock('ho:i', 60000)");
-($w, $wpid) = waiter('ho:i', "SET redlock.node_timeout = '10s'");
+($w, $wpid) = start_waiter($pg, 'ho:i', set => "SET redlock.node_timeout = '10s'");
 $_->pause for @redis[1, 2];
 $h->query_safe("SET redlock.node_timeout = '10s'; SET statement_timeout = '1s'");
 $h->query("SELECT redlock_unlock('ho:i')");
 like($h->{stderr}, qr/canceling statement due to statement timeout/,
 	'the holder\'s unlock was interrupted by statement_timeout');
-like(first_value('ho:i'), qr/:$wpid$/, 'after its handoff had reached the running node');
+like((lock_values('ho:i', $redis[0]))[0], qr/:$wpid$/, 'after its handoff had reached the running node');
 $h->query('RESET statement_timeout; RESET redlock.node_timeout');
 $_->resume for @redis[1, 2];
 $tok = $w->query_safe('SELECT :got');
 cmp_ok($tok, '>', $t1, 'the waiter took the lease itself, with a newer token');
-is(join(' ', map { /:(\d+)$/ ? $1 : $_ } values_of('ho:i')), join(' ', ($wpid) x @redis),
+is(join(' ', map { /:(\d+)$/ ? $1 : $_ } lock_values('ho:i', @redis)), join(' ', ($wpid) x @redis),
 	'every node holds it for the waiter');
 $w->query_safe("SELECT redlock_unlock('ho:i')");
-ok(wait_for(sub { join(' ', values_of('ho:i')) eq join(' ', ('-') x @redis) }),
+ok(wait_for(sub { join(' ', lock_values('ho:i', @redis)) eq join(' ', ('-') x @redis) }),
 	'and nothing is left after its unlock');
 is($h->query("SELECT count(*) FROM redlock_leases"), "0", "the holder holds nothing");
 $w->quit;
@@ -217,12 +178,12 @@ $h = $pg->background_psql('postgres', on_error_stop => 0);
 $h->set_query_timer_restart();    # a long-lived session: the timeout per query
 $h->query_safe("SET redlock.nodes = '$permuted'");
 $t1 = $h->query_safe("SELECT redlock_lock('ho:n', 60000)");
-($w, $wpid) = waiter('ho:n');
-$a0 = attempts();
+($w, $wpid) = start_waiter($pg, 'ho:n');
+$a0 = attempts($pg);
 $h->query_safe("SELECT redlock_unlock('ho:n')");
 $tok = $w->query_safe('SELECT :got');
 cmp_ok($tok, '>', $t1, 'another node list: the waiter still gets the lease, with a newer token');
-is(attempts() - $a0, 1, 'by an attempt of its own, not a handoff');
+is(attempts($pg) - $a0, 1, 'by an attempt of its own, not a handoff');
 $w->query_safe("SELECT redlock_unlock('ho:n')");
 $w->quit;
 $h->query_safe('RESET redlock.nodes');
@@ -244,7 +205,7 @@ $h->query_safe("SET redlock.node_timeout = '60s'");
 my $hpid_t = $h->query_safe('SELECT pg_backend_pid()');
 $t0 = time;
 $h->query_until(qr/unlocking/, "\\echo unlocking\nSELECT redlock_unlock('ho:t');\n");
-ok(wait_for(sub { first_value('ho:t') =~ /:$wpid$/ }), 'the holder is handing the lease over');
+ok(wait_for(sub { (lock_values('ho:t', $redis[0]))[0] =~ /:$wpid$/ }), 'the holder is handing the lease over');
 $w->query('SELECT 1');
 $took = time - $t0;
 like($w->{stderr}, qr/gave up: could not obtain lease on "ho:t" within wait_ms/,
@@ -253,7 +214,7 @@ is($pg->safe_psql('postgres', "SELECT state FROM pg_stat_activity WHERE pid = $h
 	"without waiting for the holder's round, still under way (${\ sprintf '%.2f', $took }s; node_timeout 60 s)");
 $_->resume for @redis[1, 2];
 $h->query('RESET redlock.node_timeout');
-ok(wait_for(sub { join(' ', values_of('ho:t')) eq join(' ', ('-') x @redis) }),
+ok(wait_for(sub { join(' ', lock_values('ho:t', @redis)) eq join(' ', ('-') x @redis) }),
 	'nothing of the handoff is left on any node');
 $w->{stderr} = '';
 is($w->query('SELECT count(*) FROM redlock_leases'), '0', 'the waiter\'s session holds nothing');

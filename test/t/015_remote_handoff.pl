@@ -25,64 +25,29 @@ my ($east, $west) = redlock_pair(nodes => \@redis,
 	conf => "redlock.retry_delay = '30s'\nredlock.retry_jitter = 0\n");
 my $woken_within = 5;
 
-# on each node: the lock's value, and the offer's value ('-' for none)
-sub lock_values
-{
-	my ($res) = @_;
-	return map { my $v = $_->cli('GET', "redlock:lock:$res"); $v eq '' ? '-' : $v } @redis;
-}
-sub offer_values
-{
-	my ($res) = @_;
-	return map { my $v = $_->cli('HGET', "redlock:wait:$res", 'v'); $v eq '' ? '-' : $v } @redis;
-}
-
 # every node has the offer of the backend $pid (the lock for it); no node
 # has an offer (a lock) of anyone
-sub all_offer { my ($res, $pid) = @_; return !grep { !/:$pid$/ } offer_values($res); }
-sub all_lock { my ($res, $pid) = @_; return !grep { !/:$pid$/ } lock_values($res); }
+sub all_offer { my ($res, $pid) = @_; return !grep { !/:$pid$/ } offer_values($res, @redis); }
+sub all_lock { my ($res, $pid) = @_; return !grep { !/:$pid$/ } lock_values($res, @redis); }
 sub no_offer { my ($res) = @_; return !grep { $_->cli('EXISTS', "redlock:wait:$res") ne '0' } @redis; }
 sub no_lock { my ($res) = @_; return !grep { $_->cli('EXISTS', "redlock:lock:$res") ne '0' } @redis; }
 
-# script calls (EVAL, EVALSHA) each node ran since its last CONFIG RESETSTAT
-sub evals_per_node
-{
-	return map {
-		my $info = $_->cli('INFO', 'commandstats');
-		my $n = 0;
-		$n += $1 while $info =~ /^cmdstat_eval(?:sha)?:calls=(\d+)/mg;
-		$n
-	} @redis;
-}
-
-# acquire attempts of every backend of west so far (no row before the first)
-sub west_attempts
-{
-	return $west->safe_psql('postgres', 'SELECT coalesce(sum(attempts), 0) FROM redlock_stats');
-}
-
-# a session on west waiting in $call (redlock_lock('$res', 60000) unless
-# given), after the settings $set; returns it and its pid once its slot is
-# in the lock table
+# A session on west waiting in $call (redlock_lock('$res', 60000) unless
+# given) after the settings $set, once its slot is in the lock table (its
+# first attempt may still be under way); with settled => 1, once west's
+# wake-up worker listens for the key on every node and the waiter is asleep
+# for good (the attempt its new subscription caused, a release before it
+# must not be lost, see 013, or any other wake-up, is over).  Returns it
+# and its pid.
 sub west_waiter
 {
-	my ($res, $call, $set) = @_;
+	my ($res, $call, $set, %opt) = @_;
+	return remote_waiter($west, $res, \@redis, call => $call, set => $set, asleep => 0, %opt)
+	  if $opt{settled};
 	return start_waiter($west, $res, call => $call, set => $set, asleep => 0);
 }
 
-# the waiter $pid is asleep for good: the worker listens for the key on
-# every node, and the attempt that its new subscription caused (a release
-# before it must not be lost, see 013), or any other wake-up, is over
-sub west_settled
-{
-	my ($res, $pid) = @_;
-	subscribed("redlock:lock:$res", @redis) or die "west does not listen for $res";
-	return settled($west, $pid);
-}
-
-like($west->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'"),
-	qr/^1$/, 'the wake-up worker runs on west');
+like(worker_pid($west, 'wake-up'), qr/^\d+$/, 'the wake-up worker runs on west');
 
 my $h = $east->background_psql('postgres', on_error_stop => 0);
 $h->set_query_timer_restart();    # a long-lived session: the timeout per query
@@ -90,15 +55,14 @@ $h->set_query_timer_restart();    # a long-lived session: the timeout per query
 # --- 1. east's unlock hands the lease to the west waiter in its release
 # script: one script call per node in all, no attempt of the waiter's own
 my $t1 = $h->query_safe("SELECT redlock_lock('r1', 60000)");
-ok(wait_for(sub { !grep { $_ eq '-' } lock_values('r1') }), 'r1: east holds it on every node');
-my ($w, $wpid) = west_waiter('r1');
-west_settled('r1', $wpid);
+ok(wait_for(sub { !grep { $_ eq '-' } lock_values('r1', @redis) }), 'r1: east holds it on every node');
+my ($w, $wpid) = west_waiter('r1', undef, undef, settled => 1);
 ok(wait_for(sub { all_offer('r1', $wpid) }),
 	'r1: while it waits, every node has the offer of the west waiter (redlock:wait:r1)');
 is(join(' ', map { $_->cli('HGET', 'redlock:wait:r1', 'x') } @redis), '60000 60000 60000',
 	'r1: with the TTL of its call');
-my ($offered) = offer_values('r1');
-my $a0 = west_attempts();
+my ($offered) = offer_values('r1', @redis);
+my $a0 = attempts($west);
 $_->cli('CONFIG', 'RESETSTAT') for @redis;
 my $t0 = time;
 $h->query_safe("SELECT redlock_unlock('r1')");
@@ -107,16 +71,16 @@ my $took = time - $t0;
 cmp_ok($t2, '>', $t1, 'r1: the west waiter got the lease with a newer token');
 cmp_ok($took, '<', $woken_within, "r1: at east's release (${\ sprintf '%.2f', $took }s; retry_delay is 30 s)");
 ok(wait_for(sub { all_lock('r1', $wpid) }), 'r1: every node holds the lock for the west waiter');
-is(join(' ', lock_values('r1')), join(' ', ($offered) x @redis), 'r1: with the value it offered');
+is(join(' ', lock_values('r1', @redis)), join(' ', ($offered) x @redis), 'r1: with the value it offered');
 ok(wait_for(sub { no_offer('r1') }), 'r1: no offer is left on any node');
-is(west_attempts() - $a0, 0, 'r1: the waiter made no attempt of its own after the release');
+is(attempts($west) - $a0, 0, 'r1: the waiter made no attempt of its own after the release');
 # besides east's release (one script call on every node): the waiter's
 # offer is older than a round, so it confirms the handoff on the nodes that
 # handed it over (protocol_handoff.c); it also withdraws earlier offers from
 # nodes that had not answered its last attempts when their rounds were
 # decided, as many as a busy machine made (seen: 3 1 4, 1 3 5), so no upper
 # bound here: that it made no attempt of its own is checked above
-my @evals = evals_per_node();
+my @evals = map { command_calls('eval', $_) } @redis;
 ok(!grep({ $_ < 1 } @evals) && (grep { $_ >= 2 } @evals) >= 2,
 	"r1: east's release was the handoff, confirmed by the waiter on a majority (script calls per node: @evals)");
 $w->query_safe("SELECT redlock_unlock('r1')");
@@ -131,15 +95,14 @@ $w->quit;
 # the machine's load stretched.
 my $r2_ttl = 20000;
 $t1 = $h->query_safe("SELECT redlock_lock('r2', 60000)");
-($w, $wpid) = west_waiter('r2', "redlock_lock('r2', $r2_ttl)");
-west_settled('r2', $wpid);
+($w, $wpid) = west_waiter('r2', "redlock_lock('r2', $r2_ttl)", undef, settled => 1);
 ok(wait_for(sub { all_offer('r2', $wpid) }), 'r2: every node has the offer of the west waiter');
 sleep 3;
-$a0 = west_attempts();
+$a0 = attempts($west);
 my $released_at = time;
 $h->query_safe("SELECT redlock_unlock('r2')");
 cmp_ok($w->query_safe('SELECT :got'), '>', $t1, 'r2: the west waiter got the lease after 3 s');
-is(west_attempts() - $a0, 0, 'r2: handed over, not taken by an attempt of its own');
+is(attempts($west) - $a0, 0, 'r2: handed over, not taken by an attempt of its own');
 my @pttl = map { $_->cli('PTTL', 'redlock:lock:r2') } @redis;
 my $validity = $w->query_safe("SELECT validity_ms FROM redlock_leases WHERE resource = 'r2'");
 my $since_ms = int((time - $released_at) * 1000);
@@ -198,12 +161,10 @@ eval { $w->quit };
 # --- 5. two west waiters: the first is handed the lease by east's release,
 # the second by the first's (a local handoff)
 $t1 = $h->query_safe("SELECT redlock_lock('r5', 60000)");
-my ($w1, $pid1) = west_waiter('r5');
-west_settled('r5', $pid1);
-my ($w2, $pid2) = west_waiter('r5');
-west_settled('r5', $pid2);
+my ($w1, $pid1) = west_waiter('r5', undef, undef, settled => 1);
+my ($w2, $pid2) = west_waiter('r5', undef, undef, settled => 1);
 ok(all_offer('r5', $pid1), 'r5: the offer on every node is the first waiter\'s');
-$a0 = west_attempts();
+$a0 = attempts($west);
 $t0 = time;
 $h->query_safe("SELECT redlock_unlock('r5')");
 $t2 = $w1->query_safe('SELECT :got');
@@ -217,7 +178,7 @@ my $t3 = $w2->query_safe('SELECT :got');
 $took = time - $t0;
 cmp_ok($t3, '>', $t2, 'r5: the second got it from the first, with a newer token still');
 cmp_ok($took, '<', $woken_within, "r5: at the first's release (${\ sprintf '%.2f', $took }s)");
-is(west_attempts() - $a0, 0, 'r5: both were handed the lease: no attempt of their own');
+is(attempts($west) - $a0, 0, 'r5: both were handed the lease: no attempt of their own');
 ok(wait_for(sub { all_lock('r5', $pid2) }), 'r5: every node holds it for the second waiter');
 $w2->query_safe("SELECT redlock_unlock('r5')");
 ok(wait_for(sub { no_lock('r5') && no_offer('r5') }), 'r5: nothing is left on the nodes');
@@ -244,20 +205,19 @@ $e->quit;
 # The same session with the server's list leaves one.
 my $permuted = join(',', map { $_->addr } reverse @redis);
 $t1 = $h->query_safe("SELECT redlock_lock('r7', 60000)");
-($w, $wpid) = west_waiter('r7', undef, "SET redlock.nodes = '$permuted'");
-west_settled('r7', $wpid);
+($w, $wpid) = west_waiter('r7', undef, "SET redlock.nodes = '$permuted'", settled => 1);
 ok(no_offer('r7'), 'r7: another node list: no offer on any node');
-$a0 = west_attempts();
+$a0 = attempts($west);
 $t0 = time;
 $h->query_safe("SELECT redlock_unlock('r7')");
 $t2 = $w->query_safe('SELECT :got');
 $took = time - $t0;
 cmp_ok($t2, '>', $t1, 'r7: the waiter still got the lease, with a newer token');
 cmp_ok($took, '<', $woken_within, "r7: woken by east's release (${\ sprintf '%.2f', $took }s)");
-is(west_attempts() - $a0, 1, 'r7: by an attempt of its own');
+is(attempts($west) - $a0, 1, 'r7: by an attempt of its own');
 # (a majority: the node that had not yet run east's release when the
 # waiter asked refused it, and no offer hands it over there later)
-ok(wait_for(sub { (grep { /:$wpid$/ } lock_values('r7')) >= 2 }) && no_offer('r7'),
+ok(wait_for(sub { (grep { /:$wpid$/ } lock_values('r7', @redis)) >= 2 }) && no_offer('r7'),
 	'r7: a majority of the nodes hold it for the waiter, no offer');
 $w->query_safe("SELECT redlock_unlock('r7'); RESET redlock.nodes");
 $h->query_safe("SELECT redlock_lock('r7', 60000)");
@@ -273,19 +233,18 @@ $w->quit;
 # over, a majority; once the third runs again, east's release (must-deliver)
 # hands it the same value there, or leaves nothing: never another owner
 $t1 = $h->query_safe("SELECT redlock_lock('r8', 60000)");
-($w, $wpid) = west_waiter('r8');
-west_settled('r8', $wpid);
+($w, $wpid) = west_waiter('r8', undef, undef, settled => 1);
 ok(wait_for(sub { all_offer('r8', $wpid) }), 'r8: every node has the offer of the west waiter');
-($offered) = offer_values('r8');
+($offered) = offer_values('r8', @redis);
 $redis[2]->pause;
-$a0 = west_attempts();
+$a0 = attempts($west);
 $t0 = time;
 $h->query_safe("SELECT redlock_unlock('r8')");
 $t2 = $w->query_safe('SELECT :got');
 $took = time - $t0;
 cmp_ok($t2, '>', $t1, 'r8: one node stopped: the west waiter still got the lease');
 cmp_ok($took, '<', $woken_within, "r8: at east's release (${\ sprintf '%.2f', $took }s)");
-is(west_attempts() - $a0, 0, 'r8: handed over by the two running nodes');
+is(attempts($west) - $a0, 0, 'r8: handed over by the two running nodes');
 # (not a word to the stopped node: redis-cli would wait for it)
 is(join(' ', map { $_->cli('GET', 'redlock:lock:r8') } @redis[0, 1]), "$offered $offered",
 	'r8: they hold the value it offered');

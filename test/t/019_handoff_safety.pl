@@ -22,10 +22,10 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedisNode;
+use RedlockTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-use RedlockTest qw(faketime_preload);
 my ($preload, $why_not) = faketime_preload();
 plan skip_all => $why_not unless $preload;
 
@@ -58,45 +58,18 @@ my @redis = map {
 		RedisNode->new($i == 2 ? (args => [ '--appendonly', 'yes', '--appendfsync', 'always' ]) : ())
 	});
 } 0 .. 2;
-my $nodes = join(',', map { $_->addr } @redis);
+my ($east, $west) = redlock_pair(nodes => \@redis,
+	conf => "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
 
-my @pg;
-for my $name ('east', 'west')
-{
-	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
-	$node->append_conf('postgresql.conf',
-		"shared_preload_libraries = 'redlock'\nredlock.nodes = '$nodes'\n"
-		  . "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n"
-		  . "redlock.restart_quarantine = 0\n");    # restarted nodes count at once
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION redlock');
-	push @pg, $node;
-}
-my ($east, $west) = @pg;
-
-# poll $cond for up to $secs (10) s
-sub wait_for
-{
-	my ($cond, $secs) = @_;
-	my $until = time + ($secs // 10);
-	while (1)
-	{
-		return 1 if $cond->();
-		return 0 if time > $until;
-		usleep(100_000);
-	}
-}
-
-# node $r's lock and offer values of $res ('' for none)
-sub lock_of { my ($r, $res) = @_; return $r->cli('GET', "redlock:lock:$res"); }
-sub offer_of { my ($r, $res) = @_; return $r->cli('HGET', "redlock:wait:$res", 'v'); }
+# node $r's lock and offer values of $res ('-' for none)
+sub lock_of { my ($r, $res) = @_; return (lock_values($res, $r))[0]; }
+sub offer_of { my ($r, $res) = @_; return (offer_values($res, $r))[0]; }
 
 # every node has the offer of backend $pid
 sub all_offer
 {
 	my ($res, $pid) = @_;
-	return !grep { offer_of($_, $res) !~ /:$pid$/ } @redis;
+	return !grep { !/:$pid$/ } offer_values($res, @redis);
 }
 
 # the keys and offers of backend $pid on the nodes, but for the values in
@@ -116,39 +89,13 @@ sub leftovers
 	return @left;
 }
 
-sub west_attempts
-{
-	return $west->safe_psql('postgres', 'SELECT coalesce(sum(attempts), 0) FROM redlock_stats');
-}
-
 # a session on west waiting in $call after the settings $set; returns it and
 # its pid once it is asleep for good: the wake-up worker listens for the key
-# on every node (or those in @listening) and no attempt is under way
+# on every node and no attempt is under way
 sub west_waiter
 {
-	my ($res, $call, $set, @listening) = @_;
-	@listening = @redis unless @listening;
-	my $w = $west->background_psql('postgres', on_error_stop => 0);
-	my $pid = $w->query_safe('SELECT pg_backend_pid()');
-	$w->query_safe($set) if $set;
-	$w->query_until(qr/waiting/, "\\echo waiting\nSELECT $call AS got \\gset\n");
-	$west->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM redlock_locks WHERE resource = '$res' AND NOT granted AND pid = $pid")
-	  or die "no waiter on $res";
-	wait_for(sub { !grep { $_->cli('PUBSUB', 'NUMSUB', "redlock:lock:$res") !~ /\n1$/ } @listening })
-	  or die "west does not listen for $res";
-	my $prev = -1;
-	for (1 .. 30)
-	{
-		my $n = west_attempts();
-		return ($w, $pid)
-		  if $n == $prev
-		  && $west->safe_psql('postgres',
-			"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE pid = $pid") eq 't';
-		$prev = $n;
-		usleep(300_000);
-	}
-	die "the waiter on $res does not settle";
+	my ($res, $call, $set) = @_;
+	return remote_waiter($west, $res, \@redis, call => $call, set => $set, settled => 1);
 }
 
 my $h = $east->background_psql('postgres', on_error_stop => 0);
@@ -168,12 +115,12 @@ step_clock($_, 4) for 0 .. 2;
 my $skew = $redis[0]->cli('TIME') =~ /^(\d+)/ ? $1 - time : 0;
 cmp_ok($skew, '>', 3, "c1: the nodes' clocks stepped forward (${\ sprintf '%.1f', $skew } s ahead)");
 ok(all_offer('c1', $wpid), 'c1: and the offer is still there');
-my $a0 = west_attempts();
+my $a0 = attempts($west);
 $h->query_safe("SELECT redlock_unlock('c1')");
 my $t1 = $w->query_safe('SELECT :got');
 my $got_at = time;
 like($t1, qr/^\d+$/, 'c1: the west waiter got the lease');
-is(west_attempts() - $a0, 0, "c1: handed over by east's release, not by an attempt of its own");
+is(attempts($west) - $a0, 0, "c1: handed over by east's release, not by an attempt of its own");
 my $validity = $w->query_safe("SELECT validity_ms FROM redlock_leases WHERE resource = 'c1'");
 my $told_end = time + ($validity + 1) / 1000;
 cmp_ok($told_end, '<=', $got_at + $ttl / 1000,
@@ -194,7 +141,7 @@ $h->query_safe("SELECT redlock_unlock('c2')");
 ok(wait_for(sub { !grep { lock_of($_, 'c2') !~ /:$wpid$/ } @redis }),
 	"c2: east's release handed the lock to the stopped waiter on every node");
 step_clock($_, 70) for 1, 2;
-ok(wait_for(sub { !grep { lock_of($_, 'c2') ne '' } @redis[1, 2] }),
+ok(wait_for(sub { !grep { lock_of($_, 'c2') ne '-' } @redis[1, 2] }),
 	'c2: it expired on the two nodes whose clocks ran ahead');
 my $x = $east->background_psql('postgres', on_error_stop => 0);
 my $tx = $x->query_safe("SELECT redlock_try_lock('c2', 60000)");
@@ -221,9 +168,7 @@ my $th = $lh->query_safe("SELECT redlock_lock('c3', 60000)");
 my $lw = $west->background_psql('postgres', on_error_stop => 0);
 my $lpid = $lw->query_safe('SELECT pg_backend_pid()');
 $lw->query_until(qr/waiting/, "\\echo waiting\nSELECT redlock_lock('c3', 60000) AS got \\gset\n");
-$west->poll_query_until('postgres',
-	"SELECT wait_event IN ('Extension', 'RedlockLease') FROM pg_stat_activity WHERE pid = $lpid")
-  or die 'no local waiter on c3';
+asleep($west, $lpid) or die 'no local waiter on c3';
 $redis[2]->pause;
 $lh->query_safe("SELECT redlock_unlock('c3')");
 cmp_ok($lw->query_safe('SELECT :got'), '>', $th, 'c3: the local waiter was handed the lease by two nodes');
@@ -255,9 +200,9 @@ sub second_offer
 	ok(all_offer($res, $pid), "$res: every node has the first offer of the west waiter");
 	my $first = offer_of($redis[0], $res);
 	$redis[2]->kill9;
-	my $a0 = west_attempts();
+	my $a0 = attempts($west);
 	$_->cli('PUBLISH', "redlock:lock:$res", '') for @redis[0, 1];
-	ok(wait_for(sub { west_attempts() > $a0 && !grep { offer_of($_, $res) !~ /:$pid$/ || offer_of($_, $res) eq $first } @redis[0, 1] }),
+	ok(wait_for(sub { attempts($west) > $a0 && !grep { offer_of($_, $res) !~ /:$pid$/ || offer_of($_, $res) eq $first } @redis[0, 1] }),
 		"$res: woken, its second attempt replaced the offer on the two running nodes");
 	faked(2, sub { $redis[2]->start });
 	# (the worker subscribes there again, and the waiter may ask once more:
@@ -301,16 +246,7 @@ $w->quit;
 # --- 6. an uncontended release pays nothing for the handoff machinery:
 # no offer lookup, no publish (issue 18); with a waiter on west, the same
 # release hands the lease over
-sub calls
-{
-	my ($cmd) = @_;
-	my $n = 0;
-	for my $r (@redis)
-	{
-		$n += $1 if $r->cli('INFO', 'commandstats') =~ /^cmdstat_$cmd:calls=(\d+)/m;
-	}
-	return $n;
-}
+sub calls { return command_calls($_[0], @redis) }
 $_->cli('CONFIG', 'RESETSTAT') for @redis;
 $h->query_safe("SELECT redlock_lock('c6', 60000)");
 $h->query_safe("SELECT redlock_unlock('c6')");
@@ -327,5 +263,5 @@ $w->query_safe("SELECT redlock_unlock('c6')");
 $w->quit;
 
 $h->quit;
-$_->stop for @pg;
+$_->stop for $east, $west;
 done_testing();
