@@ -243,8 +243,9 @@ sub faketime_preload
 # servers on the same nodes (redlock_pair): a waiter on one that the other's
 # releases must reach.
 
-push @EXPORT, qw(run_in reload_seen worker_pid proc_kb attempts lock_values
-  offer_values command_calls remote_waiter);
+push @EXPORT, qw(run_in long_session granted_after waiters reload_seen
+  worker_pid proc_kb attempts lock_values offer_values command_calls
+  remote_waiter);
 
 # one statement in a background session: (stdout, stderr), neither undef
 sub run_in
@@ -255,6 +256,33 @@ sub run_in
 	my $err = $session->{stderr};
 	$session->{stderr} = '';
 	return ($out // '', $err // '');
+}
+
+# a background session of $pg that lives long: the TAP framework's timeout
+# applies to each query, not to the whole session
+sub long_session
+{
+	my ($pg) = @_;
+	my $s = $pg->background_psql('postgres', on_error_stop => 0);
+	$s->set_query_timer_restart();
+	return $s;
+}
+
+# the grant of start_waiter's session $w, waited for: its token and the
+# seconds since $t0
+sub granted_after
+{
+	my ($w, $t0) = @_;
+	my $tok = $w->query_safe('SELECT :got');
+	return ($tok, time - $t0);
+}
+
+# how many sessions of $pg wait for $res (in redlock_locks, not granted)
+sub waiters
+{
+	my ($pg, $res) = @_;
+	return $pg->safe_psql('postgres',
+		"SELECT count(*) FROM redlock_locks WHERE resource = '$res' AND NOT granted");
 }
 
 # pg_reload_conf() on $pg, and wait until the configuration was read again:

@@ -4,12 +4,14 @@
 #
 #   my $tls = TlsFiles->new;          # everything, in a fresh directory
 #   $tls->file('server.crt')          # path of a file
+#   $tls->node('server')              # a Redis node with TLS (RedisNode)
 package TlsFiles;
 
 use strict;
 use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Utils;
+use RedisNode;
 
 sub new
 {
@@ -89,6 +91,25 @@ sub _make
 		start => '20200101000000Z', end => '20200201000000Z');
 	$self->_cert('unknownca', 'otherca', 'localhost', san => 'DNS:localhost,IP:127.0.0.1');
 	$self->_cert('client', 'ca', 'redlock client', client => 1);
+}
+
+# A real Redis node that speaks only TLS, with the certificate $cert
+# ('server', 'wrongname'...) signed by our CA; it trusts that CA for client
+# certificates.  %opt: auth_clients ('no' unless given: 'yes' wants a client
+# certificate), args (more redis-server arguments).
+sub node
+{
+	my ($self, $cert, %opt) = @_;
+	return RedisNode->new(
+		tls => {
+			cert => $self->file("$cert.crt"),
+			key => $self->file("$cert.key"),
+			ca => $self->file('ca.crt'),
+			auth_clients => $opt{auth_clients} // 'no',
+			client_cert => $self->file('client.crt'),
+			client_key => $self->file('client.key'),
+		},
+		args => $opt{args} // []);
 }
 
 1;

@@ -60,15 +60,8 @@ sub context_bytes
 	return $b;
 }
 
-# a reading that fails must fail the test, not read the same on both sides
-sub heap_kb
-{
-	open my $fh, '<', "/proc/$pid/status" or die "/proc/$pid/status: $!";
-	my ($kb) = map { /^RssAnon:\s+(\d+)/ ? $1 : () } <$fh>;
-	close $fh;
-	die "no RssAnon in /proc/$pid/status" unless defined $kb;
-	return $kb;
-}
+# (proc_kb dies when it cannot read: it never reads the same on both sides)
+sub heap_kb { return proc_kb($pid, 'RssAnon'); }
 
 sub clients
 {

@@ -20,27 +20,12 @@ use Time::HiRes qw(time usleep);
 my $tls = TlsFiles->new;
 my $ca = $tls->file('ca.crt');
 
-sub tls_node
-{
-	my ($cert, %opt) = @_;
-	return RedisNode->new(
-		tls => {
-			cert => $tls->file("$cert.crt"),
-			key => $tls->file("$cert.key"),
-			ca => $ca,
-			auth_clients => $opt{auth_clients} // 'no',
-			client_cert => $tls->file('client.crt'),
-			client_key => $tls->file('client.key'),
-		},
-		args => $opt{args} // []);
-}
-
-my $good = tls_node('server');
-my $mtls = tls_node('server', auth_clients => 'yes');
-my $authed = tls_node('server', args => [ '--requirepass', 's3cret' ]);
-my $wrong = tls_node('wrongname');
-my $expired = tls_node('expired');
-my $unknown = tls_node('unknownca');
+my $good = $tls->node('server');
+my $mtls = $tls->node('server', auth_clients => 'yes');
+my $authed = $tls->node('server', args => [ '--requirepass', 's3cret' ]);
+my $wrong = $tls->node('wrongname');
+my $expired = $tls->node('expired');
+my $unknown = $tls->node('unknownca');
 my $plain = RedisNode->new;
 my $silent = FakeRedis->new(mode => 'silent');
 my $dns = FakeDNS->new;
@@ -301,7 +286,10 @@ sub udp_sockets
 
 	$s->{stdin} .= "SELECT redlock_lock('cancel:2', 5000);\n";
 	$s->{run}->pump_nb;
-	usleep(500_000);
+	# the lookup is under way
+	$pg->poll_query_until('postgres',
+		"SELECT state = 'active' AND query LIKE '%cancel:2%' FROM pg_stat_activity WHERE pid = $pid")
+	  or die 'the call did not start';
 	$t0 = time;
 	$pg->safe_psql('postgres', "SELECT pg_cancel_backend($pid)");
 	my $done = $s->query('SELECT 1');

@@ -31,30 +31,12 @@ sub keys_of
 sub queued_waiter
 {
 	my ($res) = @_;
-	my ($w) = RedlockTest::start_waiter($pg, $res);
+	my ($w) = start_waiter($pg, $res);
 	return $w;
 }
 
-# how many are waiting for $res
-sub waiting
-{
-	my ($res) = @_;
-	return $pg->safe_psql('postgres',
-		"SELECT count(*) FROM redlock_locks WHERE resource = '$res' AND NOT granted");
-}
-
-# the waiter's grant: waits for it, returns seconds since $t0
-sub granted_after
-{
-	my ($w, $t0) = @_;
-	my $tok = $w->query_safe('SELECT :got');
-	my $at = time;
-	return ($tok, $at - $t0);
-}
-
 # --- redlock_locks: a holder and a waiter, and the waiter's wait event
-my $h = $pg->background_psql('postgres', on_error_stop => 0);
-$h->set_query_timer_restart();    # a long-lived session: the timeout per query
+my $h = long_session($pg);
 my $t1 = $h->query_safe("SELECT redlock_lock('lt:a', 60000)");
 my $w = queued_waiter('lt:a');
 is($pg->safe_psql('postgres',
@@ -105,8 +87,7 @@ $w->query_safe("SELECT redlock_unlock('lt:e')");
 $w->quit;
 eval { $h->quit };
 
-$h = $pg->background_psql('postgres', on_error_stop => 0);
-$h->set_query_timer_restart();    # a long-lived session: the timeout per query
+$h = long_session($pg);
 
 # --- first come, first served; a cancelled waiter passes its turn
 $h->query_safe("SELECT redlock_lock('lt:q', 60000)");
@@ -117,11 +98,11 @@ is(scalar @qpids, 3, 'three waiters queued');
 $pg->safe_psql('postgres', "SELECT pg_cancel_backend($qpids[1])");    # the second
 $q[1]->query('SELECT 1');
 like($q[1]->{stderr}, qr/canceling statement due to user request/, 'the second waiter was cancelled');
-is(waiting('lt:q'), '2', 'and left the queue');
+is(waiters($pg, 'lt:q'), '2', 'and left the queue');
 $h->query_safe("SELECT redlock_unlock('lt:q')");
 my ($first) = granted_after($q[0], time);
 like($first, qr/^\d+$/, 'the first waiter got the lease at release');
-is(waiting('lt:q'), '1', 'the third still waits');
+is(waiters($pg, 'lt:q'), '1', 'the third still waits');
 $q[0]->query_safe("SELECT redlock_unlock('lt:q')");
 my ($third) = granted_after($q[2], time);
 cmp_ok($third, '>', $first, 'then the third, with a newer token');
@@ -213,13 +194,12 @@ $k->{stderr} = '';
 # the restart is still kept, by the new worker
 like($k->query_safe("SELECT redlock_lock('ka:r', 3000, keep_alive => true)"), qr/^\d+$/,
 	'a keep-alive lease with a 3 s TTL');
-my $keeper = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock keep-alive'";
-my $wpid = $pg->safe_psql('postgres', $keeper);
+my $wpid = worker_pid($pg, 'keep-alive');
 like($wpid, qr/^\d+$/, 'the keep-alive worker runs');
 my $vu_r = "SELECT valid_until FROM redlock_locks WHERE resource = 'ka:r'";
 $pg->safe_psql('postgres', "SELECT pg_terminate_backend($wpid)");
 my $new_wpid;
-ok(wait_for(sub { $new_wpid = $pg->safe_psql('postgres', $keeper); $new_wpid =~ /^\d+$/ && $new_wpid ne $wpid }, 30),
+ok(wait_for(sub { $new_wpid = worker_pid($pg, 'keep-alive'); $new_wpid =~ /^\d+$/ && $new_wpid ne $wpid }, 30),
 	'a new keep-alive worker started');
 my $vu0 = $pg->safe_psql('postgres', $vu_r);
 ok(wait_for(sub { $pg->safe_psql('postgres', $vu_r) ne $vu0 }, 30),

@@ -27,8 +27,7 @@ sub publishes { return command_calls('publish', @redis) }
 # how many nodes a round may not have waited for: it ends at a majority
 my $late = @redis - int(@redis / 2) - 1;
 
-my $h = $pg->background_psql('postgres', on_error_stop => 0);
-$h->set_query_timer_restart();    # a long-lived session: the timeout per query
+my $h = long_session($pg);
 my $hpid = $h->query_safe('SELECT pg_backend_pid()');
 
 # --- unlock: one round hands the lease over
@@ -85,8 +84,7 @@ is(attempts($pg) - $a0, 0, "exit: the waiter made no attempt of its own");
 $w->query_safe("SELECT redlock_unlock('ho:e')");
 $w->quit;
 eval { $h->quit };
-$h = $pg->background_psql('postgres', on_error_stop => 0);
-$h->set_query_timer_restart();    # a long-lived session: the timeout per query
+$h = long_session($pg);
 $hpid = $h->query_safe('SELECT pg_backend_pid()');
 
 # --- one COMMIT ends three leases, two of them awaited
@@ -174,8 +172,7 @@ $w->quit;
 # It asks the nodes itself.
 my $permuted = join(',', map { $_->addr } reverse @redis);
 $h->quit;    # a new holder session: this one's last error stays in its stderr
-$h = $pg->background_psql('postgres', on_error_stop => 0);
-$h->set_query_timer_restart();    # a long-lived session: the timeout per query
+$h = long_session($pg);
 $h->query_safe("SET redlock.nodes = '$permuted'");
 $t1 = $h->query_safe("SELECT redlock_lock('ho:n', 60000)");
 ($w, $wpid) = start_waiter($pg, 'ho:n');

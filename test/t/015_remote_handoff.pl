@@ -49,8 +49,7 @@ sub west_waiter
 
 like(worker_pid($west, 'wake-up'), qr/^\d+$/, 'the wake-up worker runs on west');
 
-my $h = $east->background_psql('postgres', on_error_stop => 0);
-$h->set_query_timer_restart();    # a long-lived session: the timeout per query
+my $h = long_session($east);
 
 # --- 1. east's unlock hands the lease to the west waiter in its release
 # script: one script call per node in all, no attempt of the waiter's own

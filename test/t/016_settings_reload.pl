@@ -13,7 +13,7 @@ use File::Copy qw(copy);
 use FakeDNS;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use TlsFiles;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -24,23 +24,9 @@ my $ca = $tls->file('ca.crt');
 $tls->_cert('node', 'ca', 'node.redlock.test',
 	san => 'DNS:node.redlock.test,DNS:localhost,IP:127.0.0.1');
 
-sub tls_node
-{
-	my ($cert, $auth_clients) = @_;
-	return RedisNode->new(
-		tls => {
-			cert => $tls->file("$cert.crt"),
-			key => $tls->file("$cert.key"),
-			ca => $ca,
-			auth_clients => $auth_clients,
-			client_cert => $tls->file('client.crt'),
-			client_key => $tls->file('client.key'),
-		});
-}
-
 # three nodes that want a client certificate, with ACL users: locker and
 # locker2 with passwords, nopw without one (nopass)
-my @redis = map { tls_node('node', 'yes') } 1 .. 3;
+my @redis = map { $tls->node('node', auth_clients => 'yes') } 1 .. 3;
 for my $r (@redis)
 {
 	is($r->cli('ACL', 'SETUSER', 'locker', 'on', '>lockpw', '~*', '&*', '+@all'), 'OK', 'ACL user locker');
@@ -56,10 +42,7 @@ my $nodes = join(',', @names);
 # so that verify-ca without redlock.tls_ca_file can be seen trusting it
 $ENV{SSL_CERT_FILE} = $ca;
 
-my $pg = PostgreSQL::Test::Cluster->new('settings');
-$pg->init;
-$pg->append_conf('postgresql.conf', <<"EOC");
-shared_preload_libraries = 'redlock'
+my $pg = redlock_cluster('settings', preload => 1, conf => <<"EOC");
 redlock.nodes = '$nodes'
 redlock.tls_mode = 'verify-full'
 redlock.tls_ca_file = '$ca'
@@ -71,14 +54,12 @@ redlock.password = 'lockpw'
 redlock.connect_timeout = '5s'
 redlock.node_timeout = '2s'
 EOC
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
 
-# the lock's value on each node ('' where it is not set)
+# the lock's value on each node ('-' where it is not set)
 sub values_on_nodes
 {
 	my ($res) = @_;
-	return join ' ', map { my $v = $_->cli('GET', "redlock:lock:$res"); $v =~ /^\S+$/ ? $v : "''" } @redis;
+	return join ' ', lock_values($res, @redis);
 }
 
 # connections to the nodes that are authenticated as $user
@@ -88,32 +69,6 @@ sub connections_of
 	my $n = 0;
 	$n += () = $_->cli('CLIENT', 'LIST') =~ /\buser=\Q$user\E\b/g for @redis;
 	return $n;
-}
-
-# a statement in session $sess: (output, stderr)
-sub run_q
-{
-	my ($sess, $sql) = @_;
-	$sess->{stderr} = '';
-	my $out = $sess->query($sql);
-	my $err = $sess->{stderr};
-	$sess->{stderr} = '';
-	return ($out, $err);
-}
-
-# pg_reload_conf(), and wait until session $s has read the configuration
-# again (a backend does so between statements)
-sub reload_seen
-{
-	my ($s) = @_;
-	my $before = $s->query_safe('SELECT pg_conf_load_time()');
-	$pg->safe_psql('postgres', 'SELECT pg_reload_conf()');
-	for (1 .. 600)
-	{
-		return if $s->query_safe("SELECT pg_conf_load_time() > '$before'") eq 't';
-		usleep(50_000);
-	}
-	die 'the session did not reload its configuration';
 }
 
 # ------------------------------------------------ a reload keeps the leases
@@ -126,19 +81,19 @@ my $t_xact = $s->query_safe("SELECT redlock_xact_lock('rl:xact', 30000)");
 like("$t_session $t_ka $t_xact", qr/^\d+ \d+ \d+$/, 'session, keep-alive and transaction leases taken over TLS');
 cmp_ok(connections_of('locker'), '>=', 3, 'the backend is authenticated as locker on every node');
 my %value = map { $_ => values_on_nodes("rl:$_") } qw(session ka xact);
-unlike(join(' ', values %value), qr/''/, 'every lease is set on every node');
+unlike(join(' ', values %value), qr/(?:^| )-(?: |$)/, 'every lease is set on every node');
 
 for my $round (1 .. 2)
 {
-	reload_seen($s);
+	reload_seen($pg, $s);
 	# the next redlock calls, in separate statements
-	my ($out, $err) = run_q($s, "SELECT redlock_lock('rl:session', 30000)");
+	my ($out, $err) = run_in($s, "SELECT redlock_lock('rl:session', 30000)");
 	is($out, $t_session, "reload $round: the session lease is still held (re-entry, same token)");
 	is($err, '', "reload $round: no warning");
-	($out, $err) = run_q($s, "SELECT redlock_xact_lock('rl:xact', 30000)");
+	($out, $err) = run_in($s, "SELECT redlock_xact_lock('rl:xact', 30000)");
 	is($out, $t_xact, "reload $round: the transaction lease is still held, in its transaction");
 	is($err, '', "reload $round: no warning");
-	($out, $err) = run_q($s, "SELECT redlock_extend('rl:session', 30000) > 0");
+	($out, $err) = run_in($s, "SELECT redlock_extend('rl:session', 30000) > 0");
 	is($out, 't', "reload $round: the session lease can be extended") or diag $err;
 	is($s->query_safe(
 			"SELECT string_agg(resource || ':' || (validity_ms > 0 AND NOT lost), ' ' ORDER BY resource) FROM redlock_leases"),
@@ -149,30 +104,20 @@ for my $round (1 .. 2)
 			"SELECT string_agg(coalesce(redlock_try_lock(r, 1000)::text, 'refused'), ' ') FROM unnest(ARRAY['rl:session', 'rl:ka', 'rl:xact']) r"),
 		'refused refused refused', "reload $round: another session is refused every one of them");
 }
-run_q($s, "SELECT redlock_unlock('rl:session')");    # the re-entry's hold
+run_in($s, "SELECT redlock_unlock('rl:session')");    # the re-entry's hold
 
 # the keep-alive worker read the configuration too, and goes on extending
 # (every TTL/3, 1 s: a minute is ample)
-my ($until) = run_q($s, "SELECT valid_until FROM redlock_locks WHERE resource = 'rl:ka'");
-my $extended = 0;
-for (1 .. 600)
-{
-	my ($o) = run_q($s,
-		"SELECT valid_until > '$until' AND NOT lost FROM redlock_locks WHERE resource = 'rl:ka'");
-	if ($o eq 't')
-	{
-		$extended = 1;
-		last;
-	}
-	usleep(100_000);
-}
-ok($extended, 'keep-alive: extended again after the reloads');
+my ($until) = run_in($s, "SELECT valid_until FROM redlock_locks WHERE resource = 'rl:ka'");
+ok(wait_for(sub {
+	(run_in($s, "SELECT valid_until > '$until' AND NOT lost FROM redlock_locks WHERE resource = 'rl:ka'"))[0] eq 't'
+}, 60), 'keep-alive: extended again after the reloads');
 is(values_on_nodes('rl:ka'), $value{ka}, 'keep-alive: the same lock on every node');
-is((run_q($s, "SELECT validity_ms > 0 AND NOT lost FROM redlock_leases WHERE resource = 'rl:ka'"))[0],
+is((run_in($s, "SELECT validity_ms > 0 AND NOT lost FROM redlock_leases WHERE resource = 'rl:ka'"))[0],
 	't', 'keep-alive: its holder sees it valid');
-run_q($s, 'COMMIT');
-run_q($s, 'SELECT redlock_unlock_all()');
-is(values_on_nodes('rl:xact') . ' ' . values_on_nodes('rl:session'), join(' ', ("''") x 6),
+run_in($s, 'COMMIT');
+run_in($s, 'SELECT redlock_unlock_all()');
+is(values_on_nodes('rl:xact') . ' ' . values_on_nodes('rl:session'), join(' ', ('-') x 6),
 	'COMMIT and unlock_all released them on every node');
 
 # ------------------------------------------ a real change releases them
@@ -196,12 +141,12 @@ for my $c (@changes)
 	my ($name, $line) = @$c;
 	my $tok = $s->query_safe("SELECT redlock_lock('rl:c', 30000)");
 	$pg->append_conf('postgresql.conf', "$line\n");
-	reload_seen($s);
-	my ($out, $err) = run_q($s, "SELECT redlock_try_lock('rl:probe', 5000) > 0");
+	reload_seen($pg, $s);
+	my ($out, $err) = run_in($s, "SELECT redlock_try_lock('rl:probe', 5000) > 0");
 	like($err, qr/WARNING:  releasing 1 lease held on the previous Redis nodes/,
 		"$name changed: the lease on the old settings is released, with a warning");
 	is($out, 't', "$name changed: the new settings work");
-	is(values_on_nodes('rl:c'), "'' '' ''", "$name changed: released on every node");
+	is(values_on_nodes('rl:c'), '- - -', "$name changed: released on every node");
 	is($s->query_safe("SELECT string_agg(resource, ' ') FROM redlock_leases"), 'rl:probe',
 		"$name changed: only the new lease is listed");
 	$s->query_safe('SELECT redlock_unlock_all()');
@@ -210,8 +155,8 @@ cmp_ok(connections_of('locker2'), '>=', 3, 'the changed user name is the one aut
 ok(1 <= $dns2->queries('node.redlock.test'), 'the changed DNS server is asked');
 # and with the new settings in force, a reload of them keeps the lease
 $s->query_safe("SELECT redlock_lock('rl:c', 30000)");
-reload_seen($s);
-my ($out, $err) = run_q($s,
+reload_seen($pg, $s);
+my ($out, $err) = run_in($s,
 	"SELECT count(*) FROM redlock_leases WHERE resource = 'rl:c' AND redlock_extend('rl:c', 30000) > 0");
 is($out, '1', 'after the changes, a reload keeps the lease again');
 is($err, '', '... without a warning');
@@ -261,8 +206,8 @@ $pg->psql('postgres', 'DROP FUNCTION IF EXISTS f()');
 
 # ------------------------------------------------- verify-ca needs a CA file
 
-my $wrong = tls_node('wrongname', 'no');
-my $good = tls_node('server', 'no');
+my $wrong = $tls->node('wrongname');
+my $good = $tls->node('server');
 sub attempt
 {
 	my ($node, $mode, $cafile) = @_;
@@ -291,18 +236,18 @@ like($err, qr/certificate verify failed: IP address mismatch/, '... and checks t
 
 my $u = $pg->background_psql('postgres', on_error_stop => 0);
 $u->query_safe("SET redlock.username = 'nopw'; SET redlock.password = ''");
-($out, $err) = run_q($u, "SELECT redlock_try_lock('auth:nopw', 5000) > 0");
+($out, $err) = run_in($u, "SELECT redlock_try_lock('auth:nopw', 5000) > 0");
 is($out, 't', 'a user with nopass and no password set: granted') or diag $err;
 is(connections_of('nopw'), 3, '... authenticated as that user on every node, not as default');
 $u->query_safe("SELECT redlock_unlock_all(); SET redlock.username = 'locker'");
-($out, $err) = run_q($u, "SELECT redlock_try_lock('auth:nopw', 5000)");
+($out, $err) = run_in($u, "SELECT redlock_try_lock('auth:nopw', 5000)");
 like($err, qr/authentication failed: WRONGPASS/,
 	'a user with a password and none set: refused, with the node\'s reason');
 $u->quit;
 
 # ------------------------------ no memory kept across node list changes
 
-my @plain = map { RedisNode->new } 1 .. 3;
+my @plain = redis_nodes(3);
 my $list_a = join(',', map { $_->addr } @plain);
 my $list_b = join(',', map { $_->addr } reverse @plain);
 my $m = $pg->background_psql('postgres', on_error_stop => 1);
@@ -317,17 +262,10 @@ BEGIN
 	END LOOP;
 END \$\$;
 EOS
-sub rss_kb
-{
-	open my $fh, '<', "/proc/$pid/status" or die "no /proc/$pid/status: $!";
-	my ($kb) = join('', <$fh>) =~ /^VmRSS:\s+(\d+) kB/m;
-	close $fh;
-	return $kb;
-}
 $m->query_safe(sprintf($switch, 200));    # warm up
-my $rss0 = rss_kb();
+my $rss0 = proc_kb($pid, 'VmRSS');
 $m->query_safe(sprintf($switch, 2000));
-my $grown = rss_kb() - $rss0;
+my $grown = proc_kb($pid, 'VmRSS') - $rss0;
 # leaking each node's 4 kB output buffer at each change would be 24 MB
 cmp_ok($grown, '<', 8192, "2000 node list changes of 3 nodes: the backend grew by $grown kB");
 $m->quit;

@@ -9,35 +9,23 @@ use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my @a = map { RedisNode->new } 1 .. 3;    # the server's nodes
-my @b = map { RedisNode->new } 1 .. 3;    # a database's own nodes
-my $nodes_a = join(',', map { $_->addr } @a);
-my $nodes_b = join(',', map { $_->addr } @b);
+my @a = redis_nodes(3);    # the server's nodes
+my @b = redis_nodes(3);    # a database's own nodes
+my $nodes_b = node_list(@b);
 
-my $pg = PostgreSQL::Test::Cluster->new('keep');
-$pg->init(allows_streaming => 1);
 # a retry delay of 10 s: a waiter granted sooner than that was woken
-$pg->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'redlock'\nredlock.nodes = '$nodes_a'\n"
-	  . "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my $pg = redlock_cluster('keep', nodes => \@a, preload => 1, init => { allows_streaming => 1 },
+	conf => "redlock.retry_delay = '10s'\nredlock.retry_jitter = 0\n");
 
-# poll $sql in $session until it returns 't' (at most $secs seconds)
+# $sql returns 't' in $session, waited for (at most $secs seconds, 10)
 sub becomes
 {
 	my ($session, $sql, $secs) = @_;
-	my $deadline = time + ($secs // 10);
-	while (time < $deadline)
-	{
-		return 1 if $session->query_safe($sql) eq 't';
-		usleep(100_000);
-	}
-	return 0;
+	return wait_for(sub { $session->query_safe($sql) eq 't' }, $secs // 10);
 }
 
 # --- redlock_extend with a shorter TTL on a keep-alive lease: the holder
@@ -218,12 +206,7 @@ $s->quit;
 $sb->stop;
 
 # --- no keep-alive worker: keep_alive is refused
-my $nw = PostgreSQL::Test::Cluster->new('noworker');
-$nw->init;
-$nw->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'redlock'\nredlock.nodes = '$nodes_a'\nmax_worker_processes = 0\n");
-$nw->start;
-$nw->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my $nw = redlock_cluster('noworker', nodes => \@a, preload => 1, conf => "max_worker_processes = 0\n");
 ($rc, $out, $err) = $nw->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT redlock_lock('nw:k', 2000, keep_alive => true)");
 like($err, qr/55000: keep_alive is not available: no redlock keep-alive worker is running/,

@@ -13,38 +13,19 @@ use FakeRedis;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedisNode;
+use RedlockTest;
 use TlsFiles;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
 # the first node also listens on 127.0.0.2: one server under two names
 # (section 3), with no help from /etc/hosts, where "localhost" may name ::1
-my @redis = (RedisNode->new(also_bind => ['127.0.0.2']),
-	map { RedisNode->new } 1 .. 2);
+my @redis = (RedisNode->new(also_bind => ['127.0.0.2']), redis_nodes(2));
 my ($r1, $r2, $r3) = @redis;
 
-my $pg = PostgreSQL::Test::Cluster->new('hostile_nodes');
-$pg->init;
-$pg->append_conf('postgresql.conf',
-	    "shared_preload_libraries = 'redlock'\n"
-	  . "redlock.nodes = '${\ join(',', map { $_->addr } @redis) }'\n"
-	  . "redlock.connect_timeout = '1s'\nredlock.retry_delay = '200ms'\n"
-	  . "redlock.restart_quarantine = 0\n");    # restarted nodes count at once
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
+my $pg = redlock_cluster('hostile_nodes', nodes => \@redis, preload => 1,
+	conf => "redlock.connect_timeout = '1s'\nredlock.retry_delay = '200ms'\n");
 my $pm_start = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
-
-# kB of a /proc/PID/status field (VmHWM: the peak resident set)
-sub proc_kb
-{
-	my ($pid, $field) = @_;
-	open my $fh, '<', "/proc/$pid/status" or return undef;
-	while (<$fh>)
-	{
-		return $1 if /^\Q$field\E:\s+(\d+) kB/;
-	}
-	return undef;
-}
 
 # a new session with verbose errors and the given settings
 sub session
@@ -56,23 +37,12 @@ sub session
 	return $s;
 }
 
-# run one statement in a session; returns (stdout, stderr)
-sub run
-{
-	my ($s, $sql) = @_;
-	$s->{stderr} = '';
-	my $out = $s->query($sql);
-	my $err = $s->{stderr};
-	$s->{stderr} = '';
-	return ($out // '', $err // '');
-}
-
 # one statement in a fresh session with the given settings
 sub attempt
 {
 	my ($sql, %set) = @_;
 	my $s = session(%set);
-	my ($out, $err) = run($s, $sql);
+	my ($out, $err) = run_in($s, $sql);
 	$s->quit;
 	return ($out, $err);
 }
@@ -90,7 +60,7 @@ my $s = session(nodes => join(',', $r1->addr, $stream->addr, $silent->addr),
 my $pid = $s->query_safe('SELECT pg_backend_pid()');
 $s->query_safe('SELECT count(*) FROM redlock_leases');
 my $hwm0 = proc_kb($pid, 'VmHWM');
-my ($out, $err) = run($s, "SELECT redlock_try_lock('big', 5000)");
+my ($out, $err) = run_in($s, "SELECT redlock_try_lock('big', 5000)");
 my $hwm1 = proc_kb($pid, 'VmHWM');
 like($err, qr/ERROR:\s+RL005/, 'a streamed reply to a lock call: RL005');
 like($err, qr/\Q${\ $stream->addr }\E: protocol error: reply larger than 1 MB \(the most redlock accepts\); the connection was closed/,
@@ -110,7 +80,7 @@ $pid = $s->query_safe('SELECT pg_backend_pid()');
 $s->query_safe('SELECT count(*) FROM redlock_leases');
 $hwm0 = proc_kb($pid, 'VmHWM');
 my $logpos = -s $pg->logfile;
-($out, $err) = run($s, "SELECT node, reachable FROM redlock_nodes ORDER BY node");
+($out, $err) = run_in($s, "SELECT node, reachable FROM redlock_nodes ORDER BY node");
 $hwm1 = proc_kb($pid, 'VmHWM');
 is($err, '', 'redlock_nodes with a streaming node: no error');
 cmp_ok($hwm1 - $hwm0, '<', 16 * 1024,
@@ -126,12 +96,6 @@ $silent->stop;
 # 2. The wake-up worker's subscriber connections owe no replies, yet a node
 # that streams a huge pub/sub message is cut off there too; and a
 # subscriber link that goes mute is pinged and reconnected.
-
-sub wakeup_pid
-{
-	return $pg->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock wake-up'");
-}
 
 # a holder of $res and a waiter for it (the worker subscribes on every node)
 sub holder_and_waiter
@@ -161,7 +125,7 @@ sub server_nodes
 my $pushy = FakeRedis->new(mode => 'push_stream');
 my $nodes = join(',', $r1->addr, $r2->addr, $pushy->addr);
 server_nodes($nodes);
-my $wpid = wakeup_pid();
+my $wpid = worker_pid($pg, 'wake-up');
 my $whwm0 = proc_kb($wpid, 'VmHWM');
 $logpos = -s $pg->logfile;
 my ($h, $w) = holder_and_waiter('pushed', $nodes);
@@ -186,7 +150,7 @@ like(slurp_file($pg->logfile, $logpos),
 is($h->query_safe("SELECT redlock_unlock('pushed')"), 't', 'the holder releases');
 $w->query_until(qr/^t$/m, "");
 pass('the waiter is granted by the healthy majority');
-is(wakeup_pid(), $wpid, 'the wake-up worker never crashed');
+is(worker_pid($pg, 'wake-up'), $wpid, 'the wake-up worker never crashed');
 $h->quit;
 $w->quit;
 $pushy->stop;
@@ -302,15 +266,7 @@ like($err, qr/HINT:\s+A key under redlock.key_prefix holds a value redlock did n
 
 # TLS on one side only
 my $tls = TlsFiles->new;
-my $tls_node = RedisNode->new(
-	tls => {
-		cert => $tls->file('server.crt'),
-		key => $tls->file('server.key'),
-		ca => $tls->file('ca.crt'),
-		auth_clients => 'no',
-		client_cert => $tls->file('client.crt'),
-		client_key => $tls->file('client.key'),
-	});
+my $tls_node = $tls->node('server');
 ($out, $err) = attempt("SELECT redlock_try_lock('t', 5000)", nodes => $tls_node->addr);
 like($err, qr/\Q${\ $tls_node->addr }\E: connection lost: (closed by the server|Connection reset by peer)/,
 	'a TLS node reached without TLS: the connection is lost');
@@ -324,7 +280,7 @@ like($err, qr/HINT:\s+A node did not complete the TLS handshake: check that redl
 	'... and the hint says what to check');
 
 # cluster mode
-my $cport = PostgreSQL::Test::Cluster::get_free_port();
+my $cport = free_port();
 my $cluster = RedisNode->new(port => $cport,
 	args => [ '--cluster-enabled', 'yes', '--cluster-config-file', "nodes-$cport.conf" ]);
 ($out, $err) = attempt(
@@ -388,9 +344,7 @@ for my $case ([ $r1, 'BGREWRITEAOF', qr/AOF rewrite in progress \(a fork\)/ ],
 }
 
 # ------------------------------------------------------------------------
-is($pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'), $pm_start,
-	'the postmaster never restarted (no backend crashed)');
-unlike(slurp_file($pg->logfile), qr/terminated by signal/, 'no process died abnormally');
+nothing_crashed($pg, $pm_start);
 
 $pg->stop;
 done_testing();

@@ -10,31 +10,12 @@ use warnings FATAL => 'all';
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedisNode;
+use RedlockTest;
 use Test::More;
 
-my @redis = map { RedisNode->new } 1 .. 3;
-my $nodes = join(',', map { $_->addr } @redis);
-
-my $pg = PostgreSQL::Test::Cluster->new('trust');
-$pg->init(allows_streaming => 'logical');
-$pg->append_conf('postgresql.conf', <<"CONF");
-shared_preload_libraries = 'redlock'
-redlock.nodes = '$nodes'
-CONF
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redlock');
-
-# run SQL in a background session; returns (stdout, stderr)
-sub run_in
-{
-	my ($session, $sql) = @_;
-	$session->{stderr} = '';
-	my ($out) = $session->query($sql);
-	my $err = $session->{stderr};
-	$session->{stderr} = '';
-	return ($out, $err);
-}
+my @redis = redis_nodes(3);
+my $pg = redlock_cluster('trust', nodes => \@redis, preload => 1,
+	init => { allows_streaming => 'logical' });
 
 # ---------- a forged far-future token (issue 22, item 1) ----------
 
@@ -124,15 +105,9 @@ run_in($a, "SELECT redlock_unlock('held:1')");
 ($out, $err) = run_in($a, "UPDATE held SET body = 'late', fence_token = $ta + 1 WHERE id = 1");
 like($err, qr/is not held by this session/, 'after the unlock, the token is no longer held');
 my ($ts) = run_in($a, "SELECT redlock_lock('held:short', 200)");
-my $expired = 0;
-for (1 .. 200)
-{
-	my ($v) = run_in($a,
-		"SELECT validity_ms FROM redlock_leases WHERE resource = 'held:short'");
-	if ($v eq '0') { $expired = 1; last; }
-	select(undef, undef, undef, 0.05);
-}
-ok($expired, 'the short lease ran out (validity 0 in redlock_leases)');
+ok(wait_for(sub {
+	(run_in($a, "SELECT validity_ms FROM redlock_leases WHERE resource = 'held:short'"))[0] eq '0'
+}, 10), 'the short lease ran out (validity 0 in redlock_leases)');
 ($out, $err) = run_in($a, "UPDATE held SET body = 'stale', fence_token = $ts WHERE id = 1");
 like($err, qr/RL001: fencing token for table "held" belongs to an expired lease/,
 	'a token of an expired lease is refused');
@@ -305,14 +280,8 @@ is($pg->safe_psql('dst3', 'SELECT id, balance, fence_token FROM acct ORDER BY id
 
 # ---------- logical replication (issue 22, item 5) ----------
 
-my $sub = PostgreSQL::Test::Cluster->new('subscriber');
-$sub->init;
-$sub->append_conf('postgresql.conf', <<"CONF");
-shared_preload_libraries = 'redlock'
-redlock.nodes = '$nodes'
-wal_retrieve_retry_interval = '200ms'
-CONF
-$sub->start;
+my $sub = redlock_cluster('subscriber', nodes => \@redis, preload => 1, no_extension => 1,
+	conf => "wal_retrieve_retry_interval = '200ms'\n");
 for my $node ($pg, $sub)
 {
 	$node->safe_psql('postgres', <<'SQL');

@@ -31,32 +31,10 @@ my @other = split /\n/, $pg->safe_psql('postgres',
 is(scalar @same, 4, 'four resources whose keys share a bucket');
 my ($A, $B, $C, $D) = @same;
 
-sub session
-{
-	my $s = $pg->background_psql('postgres', on_error_stop => 0);
-	$s->set_query_timer_restart();    # a long-lived session
-	return $s;
-}
-
-# the waiter's grant: waits for it, returns its token and the seconds since $t0
-sub granted_after
-{
-	my ($w, $t0) = @_;
-	my $tok = $w->query_safe('SELECT :got');
-	return ($tok, time - $t0);
-}
-
-sub waiting
-{
-	my ($res) = @_;
-	return $pg->safe_psql('postgres',
-		"SELECT count(*) FROM redlock_locks WHERE resource = '$res' AND NOT granted");
-}
-
 # --- a slot out of the middle of a chain, reused for a key of another
 # bucket: the slots after it in the chain are still found
-my $x = session();
-my $y = session();
+my $x = long_session($pg);
+my $y = long_session($pg);
 my $t1 = $x->query_safe("SELECT redlock_lock('$A', 60000)");
 my ($w) = start_waiter($pg, $A);                 # the chain: w, x
 $y->query_safe("SELECT redlock_lock('$B', 60000)");
@@ -82,7 +60,7 @@ $x->query_safe("SELECT redlock_unlock('$B')");
 ($tok, $took) = granted_after($wb, $t0);
 cmp_ok($took, '<', $woken_within,
 	"the release of $B woke its waiter (${\ sprintf '%.2f', $took }s)");
-is(waiting($A), '1', "the waiter for $A, in the same bucket, still waits");
+is(waiters($pg, $A), '1', "the waiter for $A, in the same bucket, still waits");
 $t0 = time;
 $x->query_safe("SELECT redlock_unlock('$A')");
 ($tok, $took) = granted_after($wa, $t0);
