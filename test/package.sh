@@ -65,12 +65,13 @@ git ls-files -z --cached --others --exclude-standard |
 	tar -c --null -T - -f - | tar -x -C "$work/src" -f -
 
 # ---------------------------------------------------------------- 2. build
-awk '
-	/^```sh package[ \t]*$/ { inblock = 1; n++; next }
-	/^```/                  { inblock = 0; next }
-	inblock && !/^[ \t]*(#|$)/ { print }
-	END { if (n != 1) { print "expected exactly one ```sh package block, found " n > "/dev/stderr"; exit 1 } }
-' README.md > "$work/block"
+# shellcheck source=test/lib.sh
+. test/lib.sh
+mkdir -p "$work/readme"
+n=$(readme_blocks README.md 'sh package' "$work/readme")
+[ "$n" -eq 1 ] || { echo "expected exactly one \`\`\`sh package block, found $n" >&2; exit 1; }
+# its commands: the lines that are neither comments nor blank
+grep -Ev '^[[:space:]]*(#|$)' "$work/readme/block.1" > "$work/block" || true
 mapfile -t block < "$work/block"
 [ ${#block[@]} -eq 2 ] || { echo "package: the README's package block has ${#block[@]} commands, not 2" >&2; exit 1; }
 cd "$work/src"

@@ -39,12 +39,9 @@ else
 	as_owner=()
 fi
 
-free_port() {
-	perl -MIO::Socket::INET -e '
-		my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
-			Proto => "tcp", Listen => 1, ReuseAddr => 0) or die "free_port: $!\n";
-		print $s->sockport, "\n";'
-}
+# free_port (test/lib.sh)
+# shellcheck source=test/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # a value for postgresql.conf, in single quotes
 conf_quote() { printf "'%s'" "${1//\'/\'\'}"; }

@@ -13,25 +13,18 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/readme-examples.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# $work/all.sql: the blocks, each after a marker line; $work/expected.N: the
-# output block that follows sql block N, if any
-awk -v dir="$work" '
-	function marker(n) { return "-- README sql block " n }
-	/^```sql[ \t]*$/ { inblock = 1; n++; printf "\\echo %s\n", marker(n) > (dir "/all.sql"); next }
-	/^```text[ \t]*$/ && after == n && n > 0 && !(n in out) {
-		inout = 1; out[n] = 1; printf "" > (dir "/expected." n); next }
-	/^```/ {
-		if (inblock) after = n; else after = -1
-		inblock = 0; inout = 0; next }
-	inblock { print > (dir "/all.sql"); next }
-	inout   { print > (dir "/expected." n); next }
-	/^[ \t]*$/ { next }
-	{ after = -1 }
-' "$top/README.md"
+# shellcheck source=test/lib.sh
+. "$top/test/lib.sh"
 
-blocks=$(grep -c '^\\echo -- README sql block' "$work/all.sql" || true)
+# $work/all.sql: the blocks, each after a marker line; $work/out.N: the
+# output block that follows sql block N, if any
+blocks=$(readme_blocks "$top/README.md" sql "$work")
 [ "$blocks" -gt 0 ] || { echo "no sql blocks found in README.md" >&2; exit 1; }
-outputs=$(find "$work" -name 'expected.*' | wc -l)
+for ((n = 1; n <= blocks; n++)); do
+	printf '\\echo -- README sql block %d\n' "$n"
+	cat "$work/block.$n"
+done > "$work/all.sql"
+outputs=$(find "$work" -name 'out.*' | wc -l)
 
 dropdb --if-exists readme_examples
 createdb readme_examples
@@ -54,7 +47,7 @@ if [ "$listed" != "$present" ]; then
 	diff -u <(echo "$listed") <(echo "$present") >&2 || true
 	failed=1
 fi
-for exp in "$work"/expected.*; do
+for exp in "$work"/out.*; do
 	[ -e "$exp" ] || continue
 	n=${exp##*.}
 	# psql pads its columns and ends a result with an empty line; the README

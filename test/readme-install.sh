@@ -12,12 +12,11 @@ work=$(mktemp -d /tmp/readme-install.XXXXXX)
 chmod 755 "$work"
 trap 'bash "$top/test/pg-cluster.sh" stop "$work/pg"; rm -rf "$work"' EXIT
 
-awk '
-	/^```sql install[ \t]*$/ { inblock = 1; n++; next }
-	/^```/                   { inblock = 0; next }
-	inblock                  { print }
-	END { if (n != 1) { print "expected exactly one ```sql install block, found " n > "/dev/stderr"; exit 1 } }
-' "$top/README.md" > "$work/install.sql"
+# shellcheck source=test/lib.sh
+. "$top/test/lib.sh"
+n=$(readme_blocks "$top/README.md" 'sql install' "$work")
+[ "$n" -eq 1 ] || { echo "expected exactly one \`\`\`sql install block, found $n" >&2; exit 1; }
+mv "$work/block.1" "$work/install.sql"
 
 nodes=$(sed -n "s/^ALTER SYSTEM SET redlock\.nodes = '\([^']*\)';.*/\1/p" "$work/install.sql")
 [ -n "$nodes" ] || { echo "the install block sets no redlock.nodes" >&2; exit 1; }

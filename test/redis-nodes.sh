@@ -38,15 +38,9 @@ fi
 if [ -z "$cmd" ] || [ -z "$dir" ]; then usage; fi
 is_number() { [[ $1 =~ ^[0-9]+$ ]]; }
 
-# A TCP port on 127.0.0.1 that nobody listens on right now, chosen by the
-# kernel.  Someone may take it before redis-server binds it: start_node
-# finds out and the caller tries another one.
-free_port() {
-	perl -MIO::Socket::INET -e '
-		my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
-			Proto => "tcp", Listen => 1, ReuseAddr => 0) or die "free_port: $!\n";
-		print $s->sockport, "\n";'
-}
+# free_port (test/lib.sh)
+# shellcheck source=test/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Is PID a live server process of the binary named NAME (not a recycled
 # pid)?  The kernel keeps the first 15 bytes of the name it was run by.
