@@ -193,7 +193,7 @@ $slowpoke->quit;
 
 # --- a release that cannot reach a node (it is down) is replayed when the
 # node is back: with AOF the node still has the lock after its restart
-my @durable = map { RedisNode->new(args => [ '--appendonly', 'yes' ]) } 1 .. 3;
+my @durable = redis_nodes(3, args => [ '--appendonly', 'yes' ]);
 my $durable_nodes = join(',', map { $_->addr } @durable);
 my $replayer = $pg->background_psql('postgres');
 $replayer->query_safe("SET redlock.nodes = '$durable_nodes'");

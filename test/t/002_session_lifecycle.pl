@@ -88,7 +88,7 @@ cmp_ok($t5, '>', $t4, 'after expiry the next holder gets a greater token');
 $holder->quit;
 
 # --- AUTH: a password-protected node set
-my @secure = map { RedisNode->new(args => [ '--requirepass', 's3cret' ]) } 1 .. 3;
+my @secure = redis_nodes(3, args => [ '--requirepass', 's3cret' ]);
 my $secure_nodes = join(',', map { $_->addr } @secure);
 ($rc, $out, $err) = $pg->psql('postgres',
 	"SET redlock.nodes = '$secure_nodes'; SELECT redlock_try_lock('life:auth')",

@@ -228,7 +228,7 @@ like($err, qr/could not connect: Connection refused \(2 addresses tried\)/,
 }
 
 # a resolver that never answers
-my @ok = map { RedisNode->new } 1 .. 3;
+my @ok = redis_nodes(3);
 $dns->set(map { ("hang$_.redlock.test" => 'hang') } 1 .. 3);
 my $p = $ok[0]->port;
 my $two_hang = join(',', (map { $_->addr } @ok), "hang1.redlock.test:$p", "hang2.redlock.test:$p");

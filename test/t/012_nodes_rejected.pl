@@ -16,7 +16,6 @@
 use strict;
 use warnings FATAL => 'all';
 
-use Time::HiRes ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedlockTest;
@@ -48,20 +47,6 @@ sub set_nodes_conf
 	open my $fh, '>', $conf or die "$conf: $!";
 	print $fh $text;
 	close $fh;
-}
-
-# wait until the server log shows the reload was processed
-sub reload_and_wait
-{
-	my ($node) = @_;
-	my $pos = -s $node->logfile;
-	$node->reload;
-	for (1 .. 200)
-	{
-		last if slurp_file($node->logfile, $pos) =~ /received SIGHUP/;
-		Time::HiRes::usleep(25_000);
-	}
-	Time::HiRes::usleep(200_000);
 }
 
 my $pg = redlock_cluster('rejected', preload => 1);
@@ -115,7 +100,7 @@ unlike(slurp_file($pg->data_dir . '/postgresql.auto.conf'), qr/redlock/,
 # ---------- fixed by a reload ----------
 
 set_nodes_conf($pg, $nodes);
-reload_and_wait($pg);
+reload_seen($pg);    # new sessions start with what it read
 ($rc, $out, $err) = $pg->psql('postgres', "SELECT redlock_try_lock('fixed') > 0");
 is($out, 't', 'after fixing the file and a reload, leases are granted');
 
@@ -126,12 +111,12 @@ my $s = $pg->background_psql('postgres', on_error_stop => 0);
 $s->query_safe('SELECT 1');
 
 set_nodes_conf($pg, undef);
-reload_and_wait($pg);
+reload_seen($pg);
 like(lease_error($pg), $unset, 'line removed and reloaded: "not set" again');
 $s->query_safe('SELECT 1');    # the session reloads too
 
 set_nodes_conf($pg, 'redis.example.com.:6379');
-reload_and_wait($pg);
+reload_seen($pg);
 $err = lease_error($pg);
 like($err, $invalid, 'a bad value at reload (nothing in force before): invalid, in a new session');
 like($err, qr/The value "redis\.example\.com\.:6379" of redlock\.nodes from the configuration file was rejected, so the previous value stays in force\. The host name "redis\.example\.com\." of entry 1 has an empty label\./,
@@ -141,16 +126,16 @@ $s->query("\\set VERBOSITY verbose\nSELECT redlock_try_lock('x')");
 like($s->{stderr}, $invalid, 'and in the session that was connected before the reload');
 
 set_nodes_conf($pg, '[::1]:6379,redis_2:6379');
-reload_and_wait($pg);
+reload_seen($pg);
 $err = lease_error($pg);
 like($err, qr/The value "\[::1\]:6379,redis_2:6379" of redlock\.nodes from the configuration file was rejected, so the previous value stays in force\. The host of entry 2 contains "_"/,
 	'a later bad value replaces the reason');
 
 # a bad value after a good one: the good one stays in force and works
 set_nodes_conf($pg, $nodes);
-reload_and_wait($pg);
+reload_seen($pg);
 set_nodes_conf($pg, '10.0.0.1:6379,10.0.0.1:6379');
-reload_and_wait($pg);
+reload_seen($pg);
 ($rc, $out, $err) = $pg->psql('postgres',
 	"SELECT current_setting('redlock.nodes') = '$nodes', redlock_try_lock('kept') > 0");
 is($out, 't|t', 'a bad value at reload keeps the good value in force, and leases work');
@@ -161,7 +146,7 @@ $s->quit;
 # with the library preloaded, a bad value in the connection options refuses
 # the connection itself (it is checked as the session starts)
 set_nodes_conf($pg, undef);
-reload_and_wait($pg);
+reload_seen($pg);
 $err = lease_error($pg,
 	connstr => $pg->connstr('postgres') . " options='-c redlock.nodes=localhost'");
 like($err, qr/FATAL:  invalid value for parameter "redlock\.nodes": "localhost"/,
@@ -188,7 +173,7 @@ like($err, qr/The value "127\.0\.0\.1:6379;127\.0\.0\.1:6380" of redlock\.nodes 
 # connection options reach a library loaded later as a placeholder value,
 # checked (and refused with a WARNING) when the library is loaded
 set_nodes_conf($pg, undef);
-reload_and_wait($pg);
+reload_seen($pg);
 $err = lease_error($pg,
 	connstr => $pg->connstr('postgres') . " options='-c redlock.nodes=localhost'");
 like($err, $invalid, 'not preloaded: a bad value in the connection options is reported');
