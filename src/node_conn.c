@@ -224,12 +224,12 @@ rl_nodes_apply_config(void)
  * it, and back off before connecting again.
  */
 static void
-node_vfail(RlNode *node, RlRequest *req, const char *hint, const char *fmt,
-		   va_list args) pg_attribute_printf(4, 0);
+node_vfail(RlNode *node, RlRequest *req, RlNodeOutcome kind, const char *hint,
+		   const char *fmt, va_list args) pg_attribute_printf(5, 0);
 
 static void
-node_vfail(RlNode *node, RlRequest *req, const char *hint, const char *fmt,
-		   va_list args)
+node_vfail(RlNode *node, RlRequest *req, RlNodeOutcome kind, const char *hint,
+		   const char *fmt, va_list args)
 {
 	int			idx = node - rl_nodes;
 
@@ -243,13 +243,22 @@ node_vfail(RlNode *node, RlRequest *req, const char *hint, const char *fmt,
 		if (req->must_deliver)
 			pipeline_keep(node, req);
 		req->results[idx].vote = RL_VOTE_FAILED;
+		req->results[idx].outcome = kind;	/* told at the round's end */
 		strlcpy(req->results[idx].detail, node->last_error,
 				sizeof(req->results[idx].detail));
 		req->results[idx].hint = node->last_hint;
 	}
+	else
+		report_failure(node, kind,
+					   node_connecting(node) ? node->connect_started_us :
+					   node->failed_at_us);
 
-	/* one log line when a node goes away, one when it is back */
-	if (!node->reported_down)
+	/*
+	 * One log line when a node goes away, one when it is back: this
+	 * backend's, unless the health of the nodes is kept for the whole
+	 * server, which logs once for all (report_server_wide()).
+	 */
+	if (!node->reported_down && !report_server_wide())
 	{
 		ereport(LOG,
 				(errmsg("Redis node %s stopped answering: %s",
@@ -264,24 +273,25 @@ node_vfail(RlNode *node, RlRequest *req, const char *hint, const char *fmt,
 }
 
 void
-node_fail(RlNode *node, RlRequest *req, const char *fmt,...)
+node_fail(RlNode *node, RlRequest *req, RlNodeOutcome kind,
+		  const char *fmt,...)
 {
 	va_list		args;
 
 	va_start(args, fmt);
-	node_vfail(node, req, NULL, fmt, args);
+	node_vfail(node, req, kind, NULL, fmt, args);
 	va_end(args);
 }
 
 /* node_fail, with what is likely wrong (a full sentence, static text) */
 void
-node_fail_hint(RlNode *node, RlRequest *req, const char *hint,
-			   const char *fmt,...)
+node_fail_hint(RlNode *node, RlRequest *req, RlNodeOutcome kind,
+			   const char *hint, const char *fmt,...)
 {
 	va_list		args;
 
 	va_start(args, fmt);
-	node_vfail(node, req, hint, fmt, args);
+	node_vfail(node, req, kind, hint, fmt, args);
 	va_end(args);
 }
 
@@ -293,8 +303,9 @@ node_answering(RlNode *node)
 	node->backoff_ms = 0;
 	if (node->reported_down)
 	{
-		ereport(LOG,
-				(errmsg("Redis node %s is answering again", node->name)));
+		if (!report_server_wide())
+			ereport(LOG,
+					(errmsg("Redis node %s is answering again", node->name)));
 		node->reported_down = false;
 	}
 }
@@ -313,7 +324,7 @@ node_connect(RlNode *node, RlRequest *req)
 	node->reader = redisReaderCreate();
 	if (node->reader == NULL)
 	{
-		node_fail(node, req, "could not allocate a connection");
+		node_fail(node, req, RL_OUTCOME_OTHER, "could not allocate a connection");
 		return;
 	}
 	if (rl_default_create_array == NULL)
@@ -363,14 +374,14 @@ node_connect(RlNode *node, RlRequest *req)
 			redisFreeCommand(cmd);
 		if (!ok)
 		{
-			node_fail(node, req, "could not queue AUTH");
+			node_fail(node, req, RL_OUTCOME_OTHER, "could not queue AUTH");
 			return;
 		}
 	}
 	/* who the server is: its answer comes before anything else's */
 	if (!server_queue_info(node))
 	{
-		node_fail(node, req, "could not queue INFO");
+		node_fail(node, req, RL_OUTCOME_OTHER, "could not queue INFO");
 		return;
 	}
 	pipeline_send_kept(node);
@@ -401,10 +412,12 @@ node_connect_next(RlNode *node, RlRequest *req)
 		}
 	}
 	if (node->naddrs > 1)
-		node_fail(node, req, "could not connect: %s (%d addresses tried)",
+		node_fail(node, req, RL_OUTCOME_REFUSED,
+				  "could not connect: %s (%d addresses tried)",
 				  node->addr_error, node->naddrs);
 	else
-		node_fail(node, req, "could not connect: %s", node->addr_error);
+		node_fail(node, req, RL_OUTCOME_REFUSED, "could not connect: %s",
+				  node->addr_error);
 }
 
 /* The lookup of the node's addresses ended: connect, or fail. */
@@ -415,7 +428,8 @@ node_resolved(RlNode *node, RlRequest *req)
 	node->resolve_seq = 0;
 	if (node->naddrs == 0)
 	{
-		node_fail(node, req, "could not resolve host name \"%s\": %s",
+		node_fail(node, req, RL_OUTCOME_RESOLVE,
+				  "could not resolve host name \"%s\": %s",
 				  node->addr.host, node->addr_error);
 		return;
 	}
@@ -450,13 +464,14 @@ node_handshake(RlNode *node, RlRequest *req, const char *plain)
 			break;				/* wait for node->tls_events */
 		default:
 			if (plain[0] != '\0')
-				node_fail_hint(node, req, report_closed_hint(node),
+				node_fail_hint(node, req, RL_OUTCOME_TLS, report_closed_hint(node),
 							   "%s (the node answered in plain text: \"%s\"; it does not use TLS on this port)",
 							   why, plain);
 			else if (strstr(why, "closed the connection") != NULL)
-				node_fail_hint(node, req, report_closed_hint(node), "%s", why);
+				node_fail_hint(node, req, RL_OUTCOME_TLS, report_closed_hint(node),
+							   "%s", why);
 			else
-				node_fail(node, req, "%s", why);
+				node_fail(node, req, RL_OUTCOME_TLS, "%s", why);
 			break;
 	}
 }
@@ -502,7 +517,7 @@ node_connect_done(RlNode *node, RlRequest *req)
 
 		if (!tls_begin(node, why, sizeof(why)))
 		{
-			node_fail(node, req, "%s", why);
+			node_fail(node, req, RL_OUTCOME_TLS, "%s", why);
 			return;
 		}
 		node->state = RL_CONN_HANDSHAKE;
@@ -588,8 +603,9 @@ node_lost(RlNode *node, RlRequest *req, const char *what)
 		if (node->state == RL_CONN_NONE)
 			return;				/* node_connect failed it */
 		if (!pipeline_queue(node, req, rl_dispatch_tag))
-			node_fail(node, req, "could not queue the request");
+			node_fail(node, req, RL_OUTCOME_OTHER, "could not queue the request");
 		return;
 	}
-	node_fail_hint(node, req, report_closed_hint(node), "%s", what);
+	node_fail_hint(node, req, RL_OUTCOME_REFUSED, report_closed_hint(node),
+				   "%s", what);
 }

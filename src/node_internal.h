@@ -6,7 +6,8 @@
  *	  (addresses), node_sock.c (the socket and its buffers), node_tls.c
  *	  (TLS), node_pipeline.c (commands queued on a connection and the
  *	  replies it owes), node_server.c (which server answers: INFO server
- *	  at connect, and the quarantine of one that restarted), node_report.c (failures told, with hints), node_round.c
+ *	  at connect, and the quarantine of one that restarted), node_report.c
+ *	  (failures told, with hints, and to the health hook), node_round.c
  *	  (one request sent to every node, replies awaited) and node_wait.c
  *	  (the wait itself).
  *
@@ -163,9 +164,10 @@ extern void node_disconnect(RlNode *node);
 extern int	node_wanted_events(const RlNode *node);
 extern void node_event(RlNode *node, RlRequest *req, bool readable, bool writable);
 extern void node_resolved(RlNode *node, RlRequest *req);
-extern void node_fail(RlNode *node, RlRequest *req, const char *fmt,...) pg_attribute_printf(3, 4);
-extern void node_fail_hint(RlNode *node, RlRequest *req, const char *hint,
-						   const char *fmt,...) pg_attribute_printf(4, 5);
+extern void node_fail(RlNode *node, RlRequest *req, RlNodeOutcome kind,
+					  const char *fmt,...) pg_attribute_printf(4, 5);
+extern void node_fail_hint(RlNode *node, RlRequest *req, RlNodeOutcome kind,
+						   const char *hint, const char *fmt,...) pg_attribute_printf(5, 6);
 extern void node_lost(RlNode *node, RlRequest *req, const char *what);
 extern void node_answering(RlNode *node);
 extern const char *node_reply_refusal(void);
@@ -200,6 +202,10 @@ extern void report_vclip(char *dst, size_t len, const char *fmt, va_list args) p
 extern const char *report_closed_hint(const RlNode *node);
 extern const char *report_text_hint(const char *text);
 extern void report_connect_timeout(RlNode *node, RlRequest *req);
+extern bool report_server_wide(void);
+extern void report_failure(const RlNode *node, RlNodeOutcome kind,
+						   int64_t began_us);
+extern void report_round(const RlRequest *req);
 
 /* node_tls.c */
 extern bool tls_begin(RlNode *node, char *err, size_t errlen);

@@ -226,6 +226,7 @@ take_flags(const RlRequest *req, RlNodeResult *res, const redisReply *reply)
 	{
 		res->vote = RL_VOTE_FAILED;
 		res->protocol_error = true;
+		res->outcome = RL_OUTCOME_OTHER;
 		snprintf(res->detail, sizeof(res->detail),
 				 "unexpected reply (type %d, %zu elements for %d keys)",
 				 reply->type, reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0,
@@ -241,6 +242,7 @@ take_flags(const RlRequest *req, RlNodeResult *res, const redisReply *reply)
 		{
 			res->vote = RL_VOTE_FAILED;
 			res->protocol_error = true;
+			res->outcome = RL_OUTCOME_OTHER;
 			snprintf(res->detail, sizeof(res->detail),
 					 "unexpected element %d (type %d) in the reply", i + 1, el->type);
 			return;
@@ -267,6 +269,7 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 	if (reply->type == REDIS_REPLY_ERROR)
 	{
 		res->vote = RL_VOTE_FAILED;
+		res->outcome = RL_OUTCOME_REDIS_ERROR;
 		res->protocol_error = true;
 		report_clip(res->detail, sizeof(res->detail), "Redis error: %.*s",
 					(int) Min(reply->len, RL_DETAIL_LEN), reply->str);
@@ -291,6 +294,7 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 			{
 				res->vote = RL_VOTE_FAILED;
 				res->protocol_error = true;
+				res->outcome = RL_OUTCOME_OTHER;
 				snprintf(res->detail, sizeof(res->detail),
 						 "unexpected reply (type %d) to the acquire script",
 						 reply->type);
@@ -312,6 +316,7 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 			{
 				res->vote = RL_VOTE_FAILED;
 				res->protocol_error = true;
+				res->outcome = RL_OUTCOME_OTHER;
 				snprintf(res->detail, sizeof(res->detail),
 						 "unexpected reply (type %d)", reply->type);
 			}
@@ -370,7 +375,7 @@ pipeline_read(RlNode *node, RlRequest *req)
 		case 0:
 			break;
 		case -2:
-			node_fail_hint(node, req,
+			node_fail_hint(node, req, RL_OUTCOME_OTHER,
 						   "A node sent a reply larger than redlock accepts (" RL_MAX_REPLY_TEXT "): check that every entry of redlock.nodes is a Redis server that redlock alone uses this way.",
 						   "protocol error: %s", err);
 			mark_protocol_error(req, idx);
@@ -396,7 +401,7 @@ pipeline_read(RlNode *node, RlRequest *req)
 		{
 			const char *refused = node_reply_refusal();
 
-			node_fail(node, req, "protocol error: %s",
+			node_fail(node, req, RL_OUTCOME_OTHER, "protocol error: %s",
 					  refused ? refused : node->reader->errstr);
 			mark_protocol_error(req, idx);
 			return;
@@ -431,7 +436,8 @@ pipeline_read(RlNode *node, RlRequest *req)
 		if (node->owed_count == 0)
 		{
 			freeReplyObject(reply);
-			node_fail(node, req, "protocol error: unsolicited reply");
+			node_fail(node, req, RL_OUTCOME_OTHER,
+					  "protocol error: unsolicited reply");
 			mark_protocol_error(req, idx);
 			return;
 		}
@@ -454,7 +460,8 @@ pipeline_read(RlNode *node, RlRequest *req)
 				report_clip(msg, sizeof(msg) - 32, "%.*s",
 							(int) Min(reply->len, RL_DETAIL_LEN), reply->str);
 				freeReplyObject(reply);
-				node_fail(node, req, "authentication failed: %s", msg);
+				node_fail(node, req, RL_OUTCOME_REDIS_ERROR,
+						  "authentication failed: %s", msg);
 				mark_protocol_error(req, idx);
 				return;
 			}

@@ -51,7 +51,8 @@ drop_if_overdue(RlNode *node, int64_t now)
 	if (node->state == RL_CONN_READY && node->owed_count > 0 &&
 		now - node->last_progress_us > silence_limit_us())
 	{
-		node_fail(node, NULL, "stopped answering (no reply for %d ms)",
+		node_fail(node, NULL, RL_OUTCOME_TIMEOUT,
+				  "stopped answering (no reply for %d ms)",
 				  (int) ((now - node->last_progress_us) / 1000));
 		return true;
 	}
@@ -112,24 +113,26 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 	if (server_quarantined(node, req))
 		return;
 
+	if (node->state == RL_CONN_NONE && now < node->retry_at_us && honour_backoff)
+	{
+		char		why[RL_DETAIL_LEN - 80];	/* room for the rest */
+
+		res->vote = RL_VOTE_FAILED;
+		res->in_backoff = true;
+		res->hint = node->last_hint;
+		report_clip(why, sizeof(why), "%s", node->last_error);
+		snprintf(res->detail, sizeof(res->detail),
+				 "not asked: it failed %d ms ago (%s), next attempt in %d ms",
+				 (int) ((now - node->failed_at_us) / 1000), why,
+				 (int) ((node->retry_at_us - now + 999) / 1000));
+		if (req->must_deliver)
+			pipeline_keep(node, req);
+		return;
+	}
+
+	res->asked_us = now;		/* asked from here on (report_round) */
 	if (node->state == RL_CONN_NONE)
 	{
-		if (now < node->retry_at_us && honour_backoff)
-		{
-			char		why[RL_DETAIL_LEN - 80];	/* room for the rest */
-
-			res->vote = RL_VOTE_FAILED;
-			res->in_backoff = true;
-			res->hint = node->last_hint;
-			report_clip(why, sizeof(why), "%s", node->last_error);
-			snprintf(res->detail, sizeof(res->detail),
-					 "not asked: it failed %d ms ago (%s), next attempt in %d ms",
-					 (int) ((now - node->failed_at_us) / 1000), why,
-					 (int) ((node->retry_at_us - now + 999) / 1000));
-			if (req->must_deliver)
-				pipeline_keep(node, req);
-			return;
-		}
 		node_connect(node, req);
 		if (node->state == RL_CONN_NONE)
 			return;				/* node_fail kept a must-deliver request */
@@ -137,7 +140,8 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 
 	if (!pipeline_queue(node, req, tag))
 	{
-		node_fail(node, req, "too many requests queued on a stalled connection");
+		node_fail(node, req, RL_OUTCOME_TIMEOUT,
+				  "too many requests queued on a stalled connection");
 		return;
 	}
 	node->asked_at_us = now;
@@ -244,6 +248,7 @@ node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 		return;
 	}
 	res->vote = RL_VOTE_FAILED;
+	res->outcome = RL_OUTCOME_LATE;
 	if (round_deadline)
 		snprintf(res->detail, sizeof(res->detail),
 				 "no answer within the %d ms this release could wait",
@@ -386,6 +391,7 @@ rl_nodes_run(RlRequest *req)
 		nodes_dispatch_backed_off(req, rl_round_id))
 		round_wait(req);
 	nodes_flush();
+	report_round(req);
 
 	/*
 	 * A wake-up that came during the round (a lease released while we were
@@ -501,4 +507,5 @@ rl_nodes_send(RlRequest *req)
 	rl_dispatch_tag = RL_TAG_DISCARD;
 	nodes_dispatch(req, RL_TAG_DISCARD);
 	nodes_flush();
+	report_round(req);
 }

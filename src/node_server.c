@@ -213,7 +213,8 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 		return;					/* INFO refused (ACL): not checked */
 	if (reply->type != REDIS_REPLY_STRING)
 	{
-		node_fail(node, req, "protocol error: unexpected reply (type %d) to INFO",
+		node_fail(node, req, RL_OUTCOME_OTHER,
+				  "protocol error: unexpected reply (type %d) to INFO",
 				  reply->type);
 		if (req != NULL && !req->skip[idx])
 			req->results[idx].protocol_error = true;
