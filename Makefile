@@ -30,6 +30,7 @@ OBJS = \
 	src/lock_table_keep.o \
 	src/lock_table_index.o \
 	src/restart_memory.o \
+	src/health_memory.o \
 	src/locks_view.o \
 	src/wait_events.o \
 	src/worker.o \

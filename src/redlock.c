@@ -13,6 +13,7 @@
 #include "fmgr.h"
 
 #include "guc.h"
+#include "health_memory.h"
 #include "lifecycle.h"
 #include "lock_table.h"
 #include "redlock.h"
@@ -39,6 +40,7 @@ _PG_init(void)
 	rl_stats_init();
 	rl_lock_table_init();
 	rl_restart_memory_init();
+	rl_health_memory_init();
 	rl_worker_register();
 	rl_lifecycle_init();
 }

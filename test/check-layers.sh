@@ -69,7 +69,7 @@ protocol  protocol.h protocol_internal.h protocol.c protocol_extend.c
 # shared state: the lock table, the handoff, the statistics
 shared    lock_table.h lock_table_internal.h lock_table.c lock_table_keep.c
           lock_table_index.c handoff.h handoff.c handoff_remote.c stats.h stats.c
-          restart_memory.h restart_memory.c
+          restart_memory.h restart_memory.c health_memory.h health_memory.c
 # a backend'"'"'s leases and their lifecycle
 lease     registry.h registry.c lifecycle.h lifecycle.c lease_wait.h
           lease_wait.c
