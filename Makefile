@@ -32,6 +32,7 @@ OBJS = \
 	src/restart_memory.o \
 	src/health_memory.o \
 	src/locks_view.o \
+	src/nodes_view.o \
 	src/wait_events.o \
 	src/worker.o \
 	src/wakeup.o \

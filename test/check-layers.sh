@@ -74,7 +74,7 @@ shared    lock_table.h lock_table_internal.h lock_table.c lock_table_keep.c
 lease     registry.h registry.c lifecycle.h lifecycle.c lease_wait.h
           lease_wait.c
 # the SQL surface and the workers
-sql       redlock.c lease_sql.h lease_sql.c locks_view.c health.c
+sql       redlock.c lease_sql.h lease_sql.c locks_view.c nodes_view.c health.c
           fence_internal.h fence.c fence_refuse.c worker.h worker.c wakeup.c
 '
 
