@@ -102,6 +102,8 @@ static int
 take_event(RlNodeHealth *h, const RlNodeEvent *ev, TimestampTz now,
 		   TimestampTz *since)
 {
+	uint32		command;
+
 	h->heard_us = rl_now_us();
 	if (ev->request)
 		h->requests++;
@@ -130,12 +132,21 @@ take_event(RlNodeHealth *h, const RlNodeEvent *ev, TimestampTz now,
 	if (ev->outcome == RL_OUTCOME_LATE)
 		return 0;
 	h->fail_began_us = Max(h->fail_began_us, ev->began_us);
-	if (!h->failing && ev->began_us < h->success_began_us)
-		return 0;				/* older than a success seen since */
-	h->failing_command = (ev->outcome == RL_OUTCOME_REDIS_ERROR ||
-						  ev->outcome == RL_OUTCOME_OTHER) ? ev->command : 0;
+	command = ev->request && (ev->outcome == RL_OUTCOME_REDIS_ERROR ||
+							  ev->outcome == RL_OUTCOME_OTHER) ? ev->command : 0;
 	if (h->failing)
+	{
+		/*
+		 * The last request that failed says what must succeed now; a
+		 * connection lost outside any request says nothing of that.
+		 */
+		if (ev->request)
+			h->failing_command = command;
 		return 0;
+	}
+	if (ev->began_us < h->success_began_us)
+		return 0;				/* older than a success seen since */
+	h->failing_command = command;
 	h->failing = true;
 	h->failing_since = now;
 	return 1;
