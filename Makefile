@@ -8,15 +8,18 @@ OBJS = \
 	src/base/node_list.o \
 	src/base/quorum.o \
 	src/base/wait_events.o \
-	src/net/node_conn.o \
-	src/net/node_sock.o \
-	src/net/node_tls.o \
-	src/net/node_resolve.o \
-	src/net/node_pipeline.o \
-	src/net/node_round.o \
-	src/net/node_wait.o \
-	src/net/node_server.o \
+	src/net/node_table.o \
 	src/net/node_report.o \
+	src/net/node_tls.o \
+	src/net/node_sock.o \
+	src/net/node_resolve.o \
+	src/net/node_queue.o \
+	src/net/node_fail.o \
+	src/net/node_server.o \
+	src/net/node_pipeline.o \
+	src/net/node_conn.o \
+	src/net/node_wait.o \
+	src/net/node_round.o \
 	src/protocol/protocol.o \
 	src/protocol/protocol_extend.o \
 	src/protocol/protocol_handoff.o \

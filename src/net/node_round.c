@@ -57,7 +57,7 @@ drop_if_overdue(RlNode *node, int64_t now)
 	}
 	if (node_connecting(node) && now > node->connect_deadline_us)
 	{
-		report_connect_timeout(node, NULL);
+		node_connect_timed_out(node, NULL);
 		return true;
 	}
 	return false;
@@ -79,7 +79,7 @@ nodes_housekeeping(void)
 		RlNode	   *node = &rl_nodes[i];
 
 		if (node->state == RL_CONN_READY && node->owed_count > 0)
-			pipeline_read(node, NULL);
+			node_read(node, NULL);
 		(void) drop_if_overdue(node, now);
 	}
 }
@@ -127,7 +127,7 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 					 (int) ((now - node->failed_at_us) / 1000), why,
 					 (int) ((node->retry_at_us - now + 999) / 1000));
 			if (req->must_deliver)
-				pipeline_keep(node, req);
+				queue_keep(node, req);
 			return;
 		}
 		node_connect(node, req);
@@ -135,7 +135,7 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 			return;				/* node_fail kept a must-deliver request */
 	}
 
-	if (!pipeline_queue(node, req, tag))
+	if (!queue_request(node, req, tag))
 	{
 		node_fail(node, req, "too many requests queued on a stalled connection");
 		return;
@@ -143,7 +143,7 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 	node->asked_at_us = now;
 	node->want_write = true;
 	if (node->state == RL_CONN_READY)
-		pipeline_write(node, req);
+		node_write(node, req);
 }
 
 /* Queue the request on every participating node. */
@@ -219,7 +219,6 @@ round_finished(RlRequest *req)
 	return true;
 }
 
-
 /* When node i's pending answer in this round is due. */
 static int64_t
 node_deadline(RlNode *node)
@@ -240,7 +239,7 @@ node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 
 	if (node_connecting(node) && !round_deadline)
 	{
-		report_connect_timeout(node, req);
+		node_connect_timed_out(node, req);
 		return;
 	}
 	res->vote = RL_VOTE_FAILED;
@@ -257,7 +256,6 @@ node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 		snprintf(res->detail, sizeof(res->detail), "timed out after %d ms",
 				 rl_node_timeout_ms);
 }
-
 
 static void
 round_wait(RlRequest *req)
@@ -356,7 +354,7 @@ nodes_flush(void)
 						   (pfd.revents & (POLLOUT | POLLERR | POLLHUP)) != 0);
 		}
 		else if (node->state == RL_CONN_READY && node->want_write)
-			pipeline_write(node, NULL);
+			node_write(node, NULL);
 	}
 }
 
@@ -483,8 +481,8 @@ rl_nodes_ping_idle(int interval_ms)
 		{
 			/* a subscribed connection answers ["pong", ""]: any reply does */
 			if (sock_append(node, ping, sizeof(ping) - 1) &&
-				pipeline_owe(node, RL_TAG_DISCARD))
-				pipeline_write(node, NULL);
+				queue_owe(node, RL_TAG_DISCARD))
+				node_write(node, NULL);
 		}
 	}
 }

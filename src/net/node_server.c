@@ -135,7 +135,7 @@ server_queue_info(RlNode *node)
 	static const char cmd[] = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
 
 	return sock_append(node, cmd, sizeof(cmd) - 1) &&
-		pipeline_owe(node, RL_TAG_INFO);
+		queue_owe(node, RL_TAG_INFO);
 }
 
 /*
