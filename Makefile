@@ -1,43 +1,49 @@
 # redlock: PGXS build
 EXTENSION = redlock
 MODULE_big = redlock
+# src/ is built in layers, lowest first (ARCHITECTURE.md; test/check-layers.sh)
 OBJS = \
-	src/redlock.o \
-	src/guc.o \
-	src/guc_net.o \
-	src/node_list.o \
-	src/quorum.o \
-	src/node_conn.o \
-	src/node_sock.o \
-	src/node_tls.o \
-	src/node_resolve.o \
-	src/node_pipeline.o \
-	src/node_round.o \
-	src/node_wait.o \
-	src/node_server.o \
-	src/node_report.o \
-	src/protocol.o \
-	src/protocol_extend.o \
-	src/protocol_handoff.o \
-	src/protocol_release.o \
-	src/registry.o \
-	src/lifecycle.o \
-	src/lease_sql.o \
-	src/lease_wait.o \
-	src/handoff.o \
-	src/handoff_remote.o \
-	src/lock_table.o \
-	src/lock_table_keep.o \
-	src/lock_table_index.o \
-	src/restart_memory.o \
-	src/locks_view.o \
-	src/wait_events.o \
-	src/worker.o \
-	src/wakeup.o \
-	src/stats.o \
-	src/health.o \
-	src/fence.o \
-	src/fence_refuse.o
+	src/base/guc.o \
+	src/base/guc_net.o \
+	src/base/node_list.o \
+	src/base/quorum.o \
+	src/base/wait_events.o \
+	src/net/node_table.o \
+	src/net/node_report.o \
+	src/net/node_tls.o \
+	src/net/node_sock.o \
+	src/net/node_resolve.o \
+	src/net/node_queue.o \
+	src/net/node_fail.o \
+	src/net/node_server.o \
+	src/net/node_pipeline.o \
+	src/net/node_conn.o \
+	src/net/node_wait.o \
+	src/net/node_round.o \
+	src/protocol/protocol.o \
+	src/protocol/protocol_extend.o \
+	src/protocol/protocol_handoff.o \
+	src/protocol/protocol_release.o \
+	src/shared/handoff.o \
+	src/shared/handoff_remote.o \
+	src/shared/lock_table.o \
+	src/shared/lock_table_keep.o \
+	src/shared/lock_table_index.o \
+	src/shared/restart_memory.o \
+	src/shared/health_memory.o \
+	src/shared/stats.o \
+	src/lease/registry.o \
+	src/lease/lifecycle.o \
+	src/lease/lease_wait.o \
+	src/sql/module.o \
+	src/sql/lease_sql.o \
+	src/sql/locks_view.o \
+	src/sql/nodes_view.o \
+	src/sql/health.o \
+	src/sql/fence.o \
+	src/sql/fence_refuse.o \
+	src/workers/worker.o \
+	src/workers/wakeup.o
 DATA = sql/redlock--1.0.sql sql/redlock--1.0--1.1.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 
@@ -64,18 +70,18 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # A VPATH build (Debian's pg_buildext builds in build-MAJOR/, see debian/)
-# puts the objects under src/ of the build directory: make it.
+# puts the objects under src/'s folders of the build directory: make them.
 ifdef VPATH
-$(shell mkdir -p src)
+$(shell mkdir -p $(sort $(dir $(OBJS))))
 endif
 
 # PGXS tracks no header dependencies: rebuild every object when one of our
 # headers changes (a struct layout change must never mix old and new code).
-$(OBJS): $(wildcard $(srcdir)/src/*.h)
+$(OBJS): $(wildcard $(srcdir)/src/*/*.h)
 
 # Unit tests of the pure quorum logic: no server, no Redis.
-test/unit/test_quorum: test/unit/test_quorum.c src/quorum.c src/quorum.h
-	$(CC) -std=c99 -O2 -Wall -Wextra -I$(srcdir)/src -o $@ test/unit/test_quorum.c src/quorum.c
+test/unit/test_quorum: test/unit/test_quorum.c src/base/quorum.c src/base/quorum.h
+	$(CC) -std=c99 -O2 -Wall -Wextra -I$(srcdir)/src -o $@ test/unit/test_quorum.c src/base/quorum.c
 
 .PHONY: unitcheck
 unitcheck: test/unit/test_quorum

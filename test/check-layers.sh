@@ -57,25 +57,17 @@ set -euo pipefail
 LAYERS='
 # settings, and pure logic without I/O: the redlock.* settings and their
 # check hooks, the quorum rules, the limits and SQLSTATEs, the wait events
-base      redlock.h guc.h guc.c guc_net.c node_list.c quorum.h quorum.c
-          wait_events.h wait_events.c
+base      base/*
 # the network: connections, TLS, resolving, pipelines, rounds
-net       nodes.h node_internal.h node_conn.c node_sock.c node_tls.c
-          node_resolve.c node_pipeline.c node_round.c node_wait.c
-          node_server.c node_report.c
+net       net/*
 # the Redlock protocol and its scripts
-protocol  protocol.h protocol_internal.h protocol.c protocol_extend.c
-          protocol_handoff.c protocol_release.c
-# shared state: the lock table, the handoff, the statistics
-shared    lock_table.h lock_table_internal.h lock_table.c lock_table_keep.c
-          lock_table_index.c handoff.h handoff.c handoff_remote.c stats.h stats.c
-          restart_memory.h restart_memory.c
+protocol  protocol/*
+# shared state: the lock table, the handoff, the statistics, restart memory
+shared    shared/*
 # a backend'"'"'s leases and their lifecycle
-lease     registry.h registry.c lifecycle.h lifecycle.c lease_wait.h
-          lease_wait.c
+lease     lease/*
 # the SQL surface and the workers
-sql       redlock.c lease_sql.h lease_sql.c locks_view.c health.c
-          fence_internal.h fence.c fence_refuse.c worker.h worker.c wakeup.c
+sql       sql/* workers/*
 '
 
 usage() {

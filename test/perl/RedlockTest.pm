@@ -184,7 +184,7 @@ sub start_waiter
 # subscription must not be lost), or any other wake-up, is over: the
 # server's attempts stayed the same for 6 s while it is asleep.  (Waiters
 # were seen asking once more up to about 5 s after their key was
-# subscribed, a new subscription's window in src/wakeup.c: 300 ms of quiet
+# subscribed, a new subscription's window in src/workers/wakeup.c: 300 ms of quiet
 # was not enough.)  Call once the key is subscribed on every node.
 sub settled
 {

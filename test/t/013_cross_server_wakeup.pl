@@ -125,7 +125,7 @@ while (time - $t0 < 5)
 # after its start: PostgreSQL's idle statistics flush, armed (10 s) when
 # the session went idle before the call, sets the latch inside it, and the
 # waiter took any latch for a wake-up.  It now asks only when woken for a
-# reason (src/lease_wait.c, rl_lock_table_take_wake).
+# reason (src/lease/lease_wait.c, rl_lock_table_take_wake).
 ok($quiet, 'a release heard from one node of three does not wake the waiter (watched 5 s of its 10 s node_timeout)');
 $redis[1]->cli('PUBLISH', 'redlock:lock:x:m', '');
 my $woke = 0;

@@ -1,4 +1,4 @@
-# The lock table's index by key (src/lock_table_index.c): keys that share a
+# The lock table's index by key (src/shared/lock_table_index.c): keys that share a
 # bucket, a slot taken out of the middle of a chain and reused for another
 # key, and a full table whose freed slots are reused.  The index hashes a
 # key as SQL's hashtext() does, so the test picks keys that share a bucket

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * test_quorum.c
- *	  Unit tests of the pure quorum logic in src/quorum.c: majority, the
+ *	  Unit tests of the pure quorum logic in src/base/quorum.c: majority, the
  *	  round decision (also per item of a multi-item round), validity,
  *	  counter parsing, and the fencing-token protocol checked against
  *	  adversarial orderings in a node model.
@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "quorum.h"
+#include "base/quorum.h"
 
 /* ---------- checks ---------- */
 

@@ -1,0 +1,50 @@
+/*-------------------------------------------------------------------------
+ *
+ * wait_events.c
+ *	  The wait events redlock reports in pg_stat_activity.
+ *
+ * PostgreSQL 17 and later register named extension wait events, so a
+ * backend waiting for a lease shows as RedlockLease and one waiting for the
+ * Redis nodes as RedlockNodes.  Before 17, both are the generic
+ * "Extension" event.  Registering takes a lock in shared memory, so this is
+ * never called on the no-throw paths.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "pgstat.h"
+#if PG_VERSION_NUM >= 170000
+#include "utils/wait_event.h"
+#endif
+
+#include "base/wait_events.h"
+
+uint32
+rl_wait_event_lease(void)
+{
+#if PG_VERSION_NUM >= 170000
+	static uint32 event = 0;
+
+	if (event == 0)
+		event = WaitEventExtensionNew("RedlockLease");
+	return event;
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
+
+uint32
+rl_wait_event_nodes(void)
+{
+#if PG_VERSION_NUM >= 170000
+	static uint32 event = 0;
+
+	if (event == 0)
+		event = WaitEventExtensionNew("RedlockNodes");
+	return event;
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
+

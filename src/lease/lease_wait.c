@@ -1,0 +1,153 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_wait.c
+ *	  How a lock call waits for its turn to ask the nodes again, and takes
+ *	  a lease handed over to it while it sleeps.
+ *
+ * With the lock table, a holder on this server that releases the resource
+ * hands it over to the first waiter asleep with an offer (handoff.c), or
+ * (a waiter ahead of us that gives up, a holder on another server whose
+ * release the wake-up worker hears) sets our latch.  A waiter also wakes at
+ * a local holder's expiry and, as a backstop, after redlock.retry_delay
+ * plus jitter.  It stops with 55P03 at lock_timeout or the call's wait_ms;
+ * cancel and statement_timeout interrupt the sleep.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/pg_prng.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/guc.h"
+
+#include "shared/handoff.h"
+#include "sql/lease_sql.h"
+#include "lease/lease_wait.h"
+#include "shared/lock_table.h"
+#include "shared/stats.h"
+#include "base/wait_events.h"
+
+/* How long the sleep may last, or raise 55P03 when the wait is over. */
+static long
+sleep_ms(const RlWaiter *w, const RlRequest *last)
+{
+	long		delay_ms = rl_retry_delay_ms;
+	int64_t		now = rl_now_us();
+	int64_t		expiry = rl_lock_table_holder_expiry(w->key);
+	int			limit_ms = -1;
+
+	if (rl_retry_jitter_ms > 0)
+		delay_ms += (long) pg_prng_uint64_range(&pg_global_prng_state, 0,
+												rl_retry_jitter_ms);
+	if (expiry > now)
+		delay_ms = Min(delay_ms, (expiry - now) / 1000 + 1);
+	else if (expiry > 0 && now - expiry < 1000000)
+		delay_ms = Min(delay_ms, 20);	/* it should be gone any moment */
+
+	if (LockTimeout > 0)
+		limit_ms = LockTimeout;
+	if (w->wait_ms >= 0 && (limit_ms < 0 || w->wait_ms < limit_ms))
+		limit_ms = w->wait_ms;
+	if (limit_ms >= 0)
+	{
+		int64_t		left_ms = limit_ms - (now - w->started_us) / 1000;
+
+		if (left_ms <= 0)
+		{
+			StringInfoData detail;
+
+			initStringInfo(&detail);
+			if (last != NULL)
+			{
+				appendStringInfoString(&detail, "Last attempt:");
+				rl_describe_nodes(&detail, last);
+			}
+			else
+				appendStringInfoString(&detail, "Another session of this server holds it, or waits for it first.");
+			rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
+			rl_stats_acquire_latency(now - w->started_us);
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 limit_ms == w->wait_ms ?
+					 errmsg("could not obtain lease on \"%s\" within wait_ms (%d ms)",
+							w->resource, w->wait_ms) :
+					 errmsg("could not obtain lease on \"%s\" within lock_timeout (%d ms)",
+							w->resource, LockTimeout),
+					 errdetail_internal("%s", detail.data)));
+		}
+		delay_ms = Min(delay_ms, left_ms);
+	}
+	return delay_ms;
+}
+
+/*
+ * Sleep until woken, our turn, or the backstop.  Returns true when a
+ * releasing holder handed us the lease meanwhile (*grant is filled); false
+ * when we should ask the nodes (again).  last: our last attempt, if any,
+ * for the 55P03 detail.  *announced: the wake-up worker knows we wait.
+ */
+bool
+rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
+			 RlGrant *grant)
+{
+	long		delay_ms = sleep_ms(w, last);
+	int64_t		until_us;
+	RlHandoff	ho;
+	RlHandoffOutcome outcome;
+	RlRequest	req;
+	bool		granted;
+	char		owner[RL_OWNER_LEN + 1];
+
+	if (!*announced)
+	{
+		rl_lock_table_waiting(w->slot);
+		*announced = true;
+	}
+
+	rl_handoff_offer(w->slot, w->ttl_ms, &w->offer);
+	until_us = rl_now_us() + (int64_t) delay_ms * 1000;
+	for (;;)
+	{
+		int			rc;
+
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   delay_ms, rl_wait_event_lease());
+		ResetLatch(MyLatch);
+		/* an offer taken up is released by the abort path if this raises */
+		CHECK_FOR_INTERRUPTS();
+
+		/*
+		 * Only a wake-up with a reason ends the sleep before the backstop:
+		 * the latch is also set by PostgreSQL's own timers and signals,
+		 * which say nothing of the lease.
+		 */
+		if (rl_lock_table_take_wake(w->slot) || (rc & WL_TIMEOUT) != 0)
+			break;
+		delay_ms = (long) ((until_us - rl_now_us() + 999) / 1000);
+		if (delay_ms <= 0)
+			break;
+	}
+
+	/*
+	 * A holder is handing us the lease: its round has a deadline, but our
+	 * limits (lock_timeout, wait_ms) still apply; an offer given up while
+	 * taken is released by the abort path, or by the holder.
+	 */
+	while ((outcome = rl_handoff_withdraw(w->slot, &ho, owner)) == RL_HANDED_PENDING)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(sleep_ms(w, last), 100), rl_wait_event_lease());
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (outcome != RL_HANDED_OVER)
+		return false;
+	granted = rl_proto_take_handoff(w->resource, w->key, w->keylen, w->ttl_ms,
+									owner, &ho, grant, &req) == RL_ATTEMPT_GRANTED;
+	rl_handoff_used(&w->offer, owner);
+	if (granted)
+		rl_handoff_wait_end(w->key, owner);
+	return granted;
+}

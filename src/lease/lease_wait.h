@@ -1,0 +1,29 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_wait.h
+ *	  How a lock call waits for its turn to ask the nodes again.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDLOCK_LEASE_WAIT_H
+#define REDLOCK_LEASE_WAIT_H
+
+#include "protocol/protocol.h"
+
+/* A lock call that waits. */
+typedef struct RlWaiter
+{
+	const char *resource;
+	const char *key;
+	int			keylen;
+	int			ttl_ms;
+	int			slot;			/* its lock table row, or -1 */
+	int64_t		started_us;		/* when the call began */
+	int			wait_ms;		/* its own limit, or -1 */
+	RlOffer		offer;			/* to be handed the lease at release */
+} RlWaiter;
+
+extern bool rl_wait_turn(RlWaiter *w, const RlRequest *last,
+						 bool *announced, RlGrant *grant);
+
+#endif							/* REDLOCK_LEASE_WAIT_H */

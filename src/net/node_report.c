@@ -1,0 +1,256 @@
+/*-------------------------------------------------------------------------
+ *
+ * node_report.c
+ *	  How what happened on the nodes is told: per-node texts cut at a word
+ *	  boundary, the hint that says what is likely wrong, from the failure
+ *	  seen (a Redis error code, a TLS mismatch, a hostile reply), and how
+ *	  each request ended, to the health hook of a higher layer.
+ *
+ * A failing minority is only useful to an operator if each node's line
+ * says what happened in full words, and the hint names the setting or the
+ * node setting to look at.  The texts go into errdetail and errhint (see
+ * rl_describe_nodes() and report_unavailable() in lease_sql.c).
+ *
+ * Nothing here raises an ERROR or allocates: it runs on the no-throw paths
+ * (and so must the health hook).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "net/node_internal.h"
+
+/*
+ * vsnprintf into dst; a text that does not fit is cut after its last whole
+ * word that leaves room for "...", which is appended.
+ */
+void
+report_vclip(char *dst, size_t len, const char *fmt, va_list args)
+{
+	int			n;
+	size_t		cut;
+
+	if (len == 0)
+		return;
+	n = vsnprintf(dst, len, fmt, args);
+	if (n < 0 || (size_t) n < len)
+		return;
+	if (len < 8)
+		return;					/* no room to cut nicely */
+	cut = len - 4;				/* room for "..." and the NUL */
+	while (cut > len / 2 && dst[cut] != ' ')
+		cut--;
+	if (dst[cut] != ' ')
+		cut = len - 4;			/* one long word: cut it */
+	while (cut > 0 && (dst[cut - 1] == ' ' || dst[cut - 1] == ',' ||
+					   dst[cut - 1] == ':' || dst[cut - 1] == ';'))
+		cut--;
+	memcpy(dst + cut, "...", 4);
+}
+
+void
+report_clip(char *dst, size_t len, const char *fmt,...)
+{
+	va_list		args;
+
+	va_start(args, fmt);
+	report_vclip(dst, len, fmt, args);
+	va_end(args);
+}
+
+/*
+ * What is likely wrong when a node closed the connection before answering
+ * anything, or did not complete (or answer) the TLS handshake: the TLS
+ * setting does not match the node's port.  NULL if nothing points there.
+ */
+const char *
+report_closed_hint(const RlNode *node)
+{
+	if (rl_tls_mode == RL_TLS_DISABLE)
+		return node->bytes_in == 0 ?
+			"A node closed the connection before answering anything, as a Redis that accepts only TLS on that port does: if so, set redlock.tls_mode (and redlock.tls_ca_file)." :
+			NULL;
+	if (node->state == RL_CONN_HANDSHAKE)
+		return "A node did not complete the TLS handshake: check that redlock.nodes names the nodes' TLS ports (tls-port); a Redis without TLS on a port cannot answer TLS there, so set redlock.tls_mode = disable for plain-TCP nodes.";
+	return NULL;
+}
+
+/* What a Redis error code means for redlock, by its first word. */
+static const struct
+{
+	const char *code;
+	const char *hint;
+}			redis_error_hints[] =
+{
+	{"NOAUTH", "A node requires authentication: set redlock.password (and redlock.username for an ACL user)."},
+	{"WRONGPASS", "A node refused redlock.username and redlock.password: check them against the node's ACL users (ACL LIST) or its requirepass."},
+	{"NOPERM", "The node's ACL user lacks a command, key or channel that redlock uses: grant the minimal ACL given in the README, with key patterns that match redlock.key_prefix."},
+	{"OOM", "A node is out of memory and refuses writes (maxmemory reached with maxmemory-policy noeviction): free memory or raise maxmemory there; redlock_nodes warns about such nodes."},
+	{"READONLY", "A node is a read-only replica: redlock.nodes must name independent masters."},
+	{"MOVED", "A node runs in cluster mode: redlock needs independent masters, not a Redis Cluster (cluster-enabled no)."},
+	{"ASK", "A node runs in cluster mode: redlock needs independent masters, not a Redis Cluster (cluster-enabled no)."},
+	{"CLUSTERDOWN", "A node runs in cluster mode: redlock needs independent masters, not a Redis Cluster (cluster-enabled no)."},
+	{"CROSSSLOT", "A node runs in cluster mode: redlock needs independent masters, not a Redis Cluster (cluster-enabled no)."},
+	{"BUSY", "A node is busy running a long script or function: it answers again once that ends (or is stopped with SCRIPT KILL or FUNCTION KILL)."},
+	{"LOADING", "A node is loading its data set after a restart: it answers once it is done."},
+	{"MISCONF", "A node refuses writes because it cannot save its data (stop-writes-on-bgsave-error): check its disk and its log."},
+	{"NOSCRIPT", "A node does not run Lua scripts (EVAL), which redlock needs: check that it is a Redis server with scripting enabled."},
+	{"WRONGTYPE", "A key under redlock.key_prefix holds a value redlock did not write: another application uses the prefix; give redlock a prefix of its own (redlock.key_prefix)."},
+	{"MASTERDOWN", "A node is a replica that lost its master: redlock.nodes must name independent masters."},
+};
+
+/* The hint for a node's failure described by text, or NULL. */
+const char *
+report_text_hint(const char *text)
+{
+	static const char *const prefixes[] = {"Redis error: ", "authentication failed: "};
+
+	for (int p = 0; p < lengthof(prefixes); p++)
+	{
+		size_t		plen = strlen(prefixes[p]);
+
+		if (strncmp(text, prefixes[p], plen) != 0)
+			continue;
+		text += plen;
+		for (int i = 0; i < lengthof(redis_error_hints); i++)
+		{
+			size_t		clen = strlen(redis_error_hints[i].code);
+
+			if (strncmp(text, redis_error_hints[i].code, clen) == 0 &&
+				(text[clen] == ' ' || text[clen] == '\0'))
+				return redis_error_hints[i].hint;
+		}
+		if (strncmp(text, "ERR unknown command", 19) == 0)
+			return "A node does not know a command redlock sends (EVAL renamed or disabled, or not a Redis server): check the nodes in redlock.nodes.";
+		return NULL;
+	}
+	if (strncmp(text, "protocol error: ", 16) == 0 ||
+		strncmp(text, "unexpected ", 11) == 0)
+		return "A node answered with something that is not a valid answer to redlock's commands: check that every entry of redlock.nodes is a Redis server (not another service, or a proxy that changes replies).";
+	return NULL;
+}
+
+static const char *
+result_hint(const RlNodeResult *res)
+{
+	return res->hint != NULL ? res->hint : report_text_hint(res->detail);
+}
+
+/*
+ * The errhint for a round that failed: what is likely wrong, from the
+ * first node whose failure says, or fallback.
+ */
+const char *
+rl_nodes_error_hint(const RlRequest *req, const char *fallback)
+{
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		const char *hint;
+
+		if (req->results[i].vote != RL_VOTE_FAILED)
+			continue;
+		hint = result_hint(&req->results[i]);
+		if (hint != NULL)
+			return hint;
+	}
+	return fallback;
+}
+
+/*
+ * The health hook: who keeps the nodes' health for the whole server, if
+ * anyone (see rl_nodes_set_health_hook() in nodes.h).
+ */
+static RlHealthHook health_hook = NULL;
+
+void
+rl_nodes_set_health_hook(RlHealthHook hook)
+{
+	health_hook = hook;
+}
+
+/* Is the health of the nodes kept, and logged, for the whole server? */
+bool
+report_server_wide(void)
+{
+	return health_hook != NULL;
+}
+
+/* The node failed outside a request (req NULL, or its answer in already). */
+void
+report_failure(const RlNode *node, RlNodeOutcome kind, int64_t began_us)
+{
+	RlNodeEvent ev;
+
+	if (health_hook == NULL)
+		return;
+	memset(&ev, 0, sizeof(ev));
+	ev.node = node->name;
+	ev.outcome = kind;
+	ev.began_us = began_us;
+	ev.error = node->last_error;
+	ev.hint = node->last_hint;
+	health_hook(&ev);
+}
+
+/*
+ * Which command a request sends, as a number: FNV-1a over its first two
+ * words (for EVAL, the script itself), never 0.  A failure of one command
+ * (a script that writes, refused with OOM) is not undone by the success of
+ * another (a release, which deletes).
+ */
+static uint32_t
+command_of(const RlRequest *req)
+{
+	uint32_t	hash = 2166136261u;
+
+	for (int a = 0; a < Min(req->argc, 2); a++)
+	{
+		for (size_t i = 0; i < req->argvlen[a]; i++)
+		{
+			hash ^= (unsigned char) req->argv[a][i];
+			hash *= 16777619u;
+		}
+		hash ^= ' ';
+		hash *= 16777619u;
+	}
+	return hash != 0 ? hash : 1;
+}
+
+/*
+ * The end of a round: tell how its request ended on each node it asked.
+ * A node that answered (yes or no) succeeded; one that failed says how; one
+ * whose answer was not awaited (the round was decided without it, or the
+ * request needs none) was asked, no more.  Nodes not asked (skipped, in
+ * backoff, quarantined, another entry's server) are not told of.
+ */
+void
+report_round(const RlRequest *req)
+{
+	RlNodeEvent ev;
+	uint32_t	command;
+
+	if (health_hook == NULL)
+		return;
+	command = command_of(req);
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		const RlNodeResult *res = &req->results[i];
+
+		if (req->skip[i] || res->asked_us == 0)
+			continue;
+		memset(&ev, 0, sizeof(ev));
+		ev.node = rl_nodes[i].name;
+		ev.request = true;
+		ev.began_us = res->asked_us;
+		ev.command = command;
+		if (res->vote == RL_VOTE_YES || res->vote == RL_VOTE_NO)
+			ev.outcome = RL_OUTCOME_SUCCESS;
+		else if (res->vote == RL_VOTE_FAILED)
+		{
+			ev.outcome = res->outcome;
+			ev.error = res->detail;
+			ev.hint = res->hint != NULL ? res->hint : report_text_hint(res->detail);
+		}
+		health_hook(&ev);
+	}
+}

@@ -1,0 +1,229 @@
+/*-------------------------------------------------------------------------
+ *
+ * nodes.h
+ *	  The Redis nodes as seen by the protocol: one request sent to all of
+ *	  them at once, with the replies awaited in a single wait loop.
+ *
+ *	  The node layer knows nothing of leases: it sends commands, reads
+ *	  replies, and keeps the commands a caller marks as must-deliver until
+ *	  their node has answered them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDLOCK_NODES_H
+#define REDLOCK_NODES_H
+
+#include "base/guc.h"
+#include "base/quorum.h"
+#include "base/redlock.h"
+
+/* How a node's reply to a request is read. */
+typedef enum RlReplyKind
+{
+	RL_REPLY_COUNTER,			/* bulk decimal counter = yes, nil = no */
+	RL_REPLY_FLAG,				/* integer 1 = yes, 0 = no */
+	RL_REPLY_COUNT,				/* any integer >= 0 = yes */
+	RL_REPLY_STATUS,			/* any non-error reply = yes (probes) */
+	RL_REPLY_FLAGS				/* array of nitems integers 0 or 1 = yes,
+								 * with each item's yes or no in flags */
+} RlReplyKind;
+
+/* When a round is finished. */
+typedef enum RlRoundGoal
+{
+	RL_GOAL_QUORUM,				/* decided: won, contended or unavailable */
+	RL_GOAL_ANSWERS,			/* a majority answered, or cannot */
+	RL_GOAL_ALL,				/* every node answered or timed out */
+	RL_GOAL_ITEMS				/* RL_REPLY_FLAGS: every item decided */
+} RlRoundGoal;
+
+/*
+ * Room for what happened on one node (an errdetail line).  Longer texts,
+ * such as a Redis error quoting a script, are cut at a word boundary and
+ * end with "...".
+ */
+#define RL_DETAIL_LEN	384
+
+/*
+ * How a request to a node ended, or a failure of the node outside any
+ * request: told to the higher layer that keeps the nodes' health (see
+ * rl_nodes_set_health_hook below).  The failures are kept by kind.
+ */
+typedef enum RlNodeOutcome
+{
+	RL_OUTCOME_NONE,			/* no answer awaited, or none that tells */
+	RL_OUTCOME_SUCCESS,			/* answered, yes or no */
+	RL_OUTCOME_LATE,			/* no answer within node_timeout (or the
+								 * round's deadline), the connection kept:
+								 * the answer may still come */
+	RL_OUTCOME_REFUSED,			/* connection refused, closed or lost */
+	RL_OUTCOME_TIMEOUT,			/* no connection in time, or a connection
+								 * given up after a long silence */
+	RL_OUTCOME_REDIS_ERROR,		/* an error reply (OOM, NOAUTH, ...) */
+	RL_OUTCOME_TLS,				/* the TLS handshake failed */
+	RL_OUTCOME_RESOLVE,			/* the host name did not resolve */
+	RL_OUTCOME_OTHER			/* a wrong answer (protocol error), or a
+								 * local failure */
+} RlNodeOutcome;
+
+#define RL_OUTCOME_FIRST_ERROR	RL_OUTCOME_REFUSED
+#define RL_OUTCOME_ERROR_KINDS	(RL_OUTCOME_OTHER - RL_OUTCOME_REFUSED + 1)
+
+typedef struct RlNodeResult
+{
+	RlVote		vote;
+	int64_t		asked_us;		/* when the node was asked, 0 if not */
+	RlNodeOutcome outcome;		/* what failed it, when vote is FAILED */
+	bool		protocol_error; /* the node answered with something wrong */
+	bool		in_backoff;		/* not asked: the node failed recently */
+	int64_t		counter;		/* RL_REPLY_COUNTER: counter before grant */
+	char	   *reply_text;		/* RL_REPLY_STATUS: bulk reply, palloc'd */
+	RlItemFlags flags;			/* RL_REPLY_FLAGS: each item's yes */
+	int64_t		elapsed_us;		/* time to answer */
+	char		detail[RL_DETAIL_LEN];	/* what happened, for errdetail */
+	const char *hint;			/* what is likely wrong (a full sentence,
+								 * static), or NULL */
+} RlNodeResult;
+
+typedef struct RlRequest
+{
+	/* input */
+	RlReplyKind reply_kind;
+	RlRoundGoal goal;
+	int			argc;
+	const char **argv;
+	const size_t *argvlen;
+	bool		skip[RL_MAX_NODES]; /* true: do not ask this node */
+	bool		must_deliver;	/* a node that cannot take it now gets it
+								 * when it can (kept until answered) */
+	bool		nothrow;		/* commit/abort/exit: never ereport(ERROR),
+								 * no interrupts, no wait event set */
+	int64_t		deadline_us;	/* 0, or stop waiting at this time */
+	bool		no_reply;		/* (P)SUBSCRIBE-style: nothing is owed for
+								 * it; answers arrive as pushes */
+	int			nitems;			/* RL_REPLY_FLAGS: 1 .. RL_MAX_ITEMS */
+	bool		probe;			/* redlock_nodes: ask every node, even one
+								 * found to be another's server, and never
+								 * raise for that */
+
+	/* output */
+	int			nnodes;
+	RlNodeResult results[RL_MAX_NODES];
+	RlTally		tally;
+	RlDecision	decision;
+} RlRequest;
+
+extern int	rl_nodes_count(void);
+extern const char *rl_node_name(int i);
+extern bool rl_nodes_config_changed(void);
+extern uint64_t rl_nodes_fingerprint(void);
+extern void rl_nodes_apply_config(void);
+extern void rl_nodes_run(RlRequest *req);
+extern void rl_nodes_send(RlRequest *req);
+extern void rl_nodes_drain(int64_t deadline_us);
+extern void rl_nodes_disconnect_all(void);
+extern int	rl_nodes_open_connections(void);
+extern const char *rl_nodes_error_hint(const RlRequest *req,
+									   const char *fallback);
+
+/*
+ * Who a node is: learned from INFO server, asked once on every new
+ * connection (pipelined ahead of the connection's first command, so it
+ * costs no round trip of its own).  run_id changes when the server
+ * restarts; uptime_s was its uptime when learned_us was read.  Two entries
+ * of redlock.nodes with the same run_id on their current connections are
+ * one server: lock calls refuse to run (RL004) until the list is fixed.
+ */
+typedef struct RlServerIdent
+{
+	char		run_id[41];		/* "" until learned (or INFO refused) */
+	int64_t		uptime_s;		/* -1 if unknown */
+	int64_t		learned_us;		/* rl_now_us() when learned, 0 if never */
+	uint64_t	serial;			/* connection it was learned on */
+	uint32_t	changes;		/* times run_id changed (restarts seen) */
+	RlRestartMemo restart;		/* what this server recorded for the node */
+} RlServerIdent;
+
+extern const RlServerIdent *rl_node_ident(int i);
+extern int	rl_node_same_as(int i);
+
+/*
+ * The restart quarantine (node_server.c): a node whose run_id is not the
+ * one this server saw last under the same name restarted, and does not
+ * count toward a majority for lock and extend calls until
+ * redlock.restart_quarantine after its start.  Until when, on the
+ * rl_now_us() clock; 0 when it is not quarantined.
+ */
+extern int64_t rl_node_quarantined_until(int i);
+
+/*
+ * Where the last run_id seen under each node name is kept: a table of
+ * RL_SIGHTINGS entries, per backend unless a higher layer registers one
+ * that the whole server shares (restart_memory.c, with
+ * shared_preload_libraries).  The hook records a sighting with
+ * rl_sightings_record() under its own lock and returns what it returned.
+ */
+#define RL_SIGHTINGS	64
+
+typedef struct RlSighting
+{
+	char		node[RL_MAX_HOST_LEN + 16]; /* "" if free */
+	int64_t		seen_us;		/* last sighting, for reuse of the oldest */
+	RlRestartMemo memo;
+} RlSighting;
+
+typedef bool (*RlSightingHook) (const char *node, const char *run_id,
+								int64_t start_us, RlRestartMemo *memo);
+extern void rl_nodes_set_sighting_hook(RlSightingHook hook);
+extern bool rl_sightings_record(RlSighting *table, const char *node,
+								const char *run_id, int64_t start_us,
+								RlRestartMemo *memo);
+
+/*
+ * The health of the nodes across the server: a higher layer that keeps it
+ * (shared/health_memory.c, with shared_preload_libraries) registers a
+ * hook, and is told the outcome of every request to a node, at the end of
+ * its round, and every failure of a node outside a request (a pub/sub
+ * connection lost, a connect that failed after its round).  The hook
+ * raises nothing: it runs on commit, abort and exit paths too.  While a
+ * hook is registered, the node layer leaves the log to it: the per-backend
+ * lines "stopped answering" and "answering again" are for a backend alone.
+ */
+typedef struct RlNodeEvent
+{
+	const char *node;			/* its entry of redlock.nodes, host:port */
+	RlNodeOutcome outcome;
+	bool		request;		/* the end of one request to the node */
+	int64_t		began_us;		/* rl_now_us() when the request, or the
+								 * connection that failed, began */
+	uint32_t	command;		/* names the request's command (a hash of
+								 * its first two words, the script for
+								 * EVAL); 0 outside a request */
+	const char *error;			/* a failure: what happened */
+	const char *hint;			/* what is likely wrong, or NULL */
+} RlNodeEvent;
+
+typedef void (*RlHealthHook) (const RlNodeEvent *event);
+extern void rl_nodes_set_health_hook(RlHealthHook hook);
+
+/*
+ * Pub/sub: what a node pushes goes to the push handler, with the node's
+ * index, instead of being matched to requests: messages (["message",
+ * channel, payload]) and the confirmations of SUBSCRIBE (no payload).
+ */
+typedef enum RlPushKind
+{
+	RL_PUSH_MESSAGE,
+	RL_PUSH_SUBSCRIBED
+} RlPushKind;
+
+typedef void (*RlPushHandler) (int node, RlPushKind kind,
+							   const char *channel, size_t len,
+							   const char *payload, size_t payloadlen);
+extern void rl_nodes_set_push_handler(RlPushHandler handler);
+extern uint64_t rl_node_connection_serial(int i);
+extern bool rl_node_connected(int i);
+extern void rl_nodes_wait_pushes(long timeout_ms);
+extern void rl_nodes_ping_idle(int interval_ms);
+
+#endif							/* REDLOCK_NODES_H */

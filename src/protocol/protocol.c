@@ -1,0 +1,460 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol.c
+ *	  The Redlock protocol for a lock changing hands: acquire, release and
+ *	  the handoff of a released lock to a waiter, with their Lua scripts.
+ *	  (Extending and asking who holds a lock: protocol_extend.c.)
+ *
+ * A lease is taken with the Redlock algorithm: one random owner value is
+ * set with NX and a TTL on every node at once, and the lease is granted when
+ * a majority accepted it with validity left after subtracting the time the
+ * round took and the clock drift allowance.  The same round returns each
+ * granting node's fencing counter, from which the token is chosen
+ * (quorum.c); in the uncommon case that our proposal was not above every
+ * counter, a second round writes the chosen token back to a majority.
+ *
+ * Releases (protocol_release.c) are owner-checked and must-deliver.  A
+ * release that finds a waiter of this server asleep hands the lock to it
+ * in the same script (handoff.c, protocol_handoff.c).
+ *
+ * A waiter on another server is handed the lock by the release script
+ * itself: the waiter's refused attempt leaves its offer (a fresh lock value
+ * W, its TTL and token proposal) in a hash beside the lock,
+ * "<prefix>wait:<resource>", and a marker "<prefix>wake:<resource>", on
+ * every node that refused it; a release (protocol_release.c) that finds
+ * the marker and an offer sets W in the same script, exactly as an acquire
+ * would, and publishes "W counter" instead of announcing a free lock.  The
+ * waiter's wake-up worker collects those messages (handoff_remote.c) and
+ * the waiter settles them as its own attempt.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/time.h>
+
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "protocol/protocol_internal.h"
+#include "shared/stats.h"
+
+#define RL_COUNTER_KEY_SUFFIX "token-counter:"
+#define RL_COUNTER_STRIPES	64	/* fixed: never grows with resources */
+
+/*
+ * The scripts.  Counters are compared as decimal strings (longer is larger,
+ * equal lengths compare bytewise) so that Lua's doubles never round them.
+ * Every key and value is an argument; nothing is spliced into the text.
+ */
+static const char ACQUIRE_SCRIPT[] =
+"local c = redis.call('GET', KEYS[2]) or '0'\n"
+"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+"  return false\n"
+"end\n"
+"local p = ARGV[3]\n"
+"if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
+"return c\n";
+
+/*
+ * ACQUIRE_SCRIPT for a lock call that waits, with the names of its
+ * waiters' marker in ARGV[8] and of its offer hash in ARGV[7]: where the
+ * lock is held, leave the marker (so that its release announces it,
+ * RELEASE_SCRIPT) and the offer (value ARGV[4], the TTL, the proposal and
+ * the counter's name) unless another waiter's is there or ARGV[4] is ''
+ * (a waiter that is not handed the lock over); ARGV[6] is their lifetime
+ * (the marker's is never shortened).  ARGV[5] lists, separated by
+ * spaces, the values of every earlier offer of the same wait that may
+ * still be on a node (handoff.c, rl_handoff_new_offer): one of them is
+ * replaced, and a lock a release handed to one of them after we stopped
+ * listening is taken back for this attempt.  The first attempt of a wait
+ * (none earlier), when granted, costs nothing more than ACQUIRE_SCRIPT.
+ * The offer hash is not a declared key, and its
+ * commands are pcall'd: a Redis user whose ACL lacks them, or the key
+ * pattern, still locks (and its waiters are woken as before).
+ */
+static const char ACQUIRE_WAITING_SCRIPT[] =
+"local c = redis.call('GET', KEYS[2]) or '0'\n"
+"local ours = ' ' .. ARGV[5] .. ' '\n"
+"local o = ARGV[7]\n"
+"if ARGV[5] ~= '' then\n"
+"  local cur = redis.call('GET', KEYS[1])\n"
+"  if cur and string.find(ours, ' ' .. cur .. ' ', 1, true) then\n"
+"    redis.call('DEL', KEYS[1])\n"
+"  end\n"
+"end\n"
+"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+"  local t = redis.pcall('PTTL', ARGV[8])\n"
+"  if type(t) ~= 'number' or t < tonumber(ARGV[6]) then\n"
+"    redis.pcall('SET', ARGV[8], '1', 'PX', ARGV[6])\n"
+"  end\n"
+"  if ARGV[4] ~= '' then\n"
+"    local w = redis.pcall('HGET', o, 'v')\n"
+"    if not w or (type(w) == 'string' and\n"
+"                 string.find(ours, ' ' .. w .. ' ', 1, true)) then\n"
+"      redis.pcall('HSET', o, 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
+"                  'c', KEYS[2])\n"
+"      if type(redis.pcall('PEXPIRE', o, ARGV[6])) == 'table' then\n"
+"        redis.pcall('DEL', o)\n"
+"      end\n"
+"    end\n"
+"  end\n"
+"  return false\n"
+"end\n"
+"if ARGV[5] ~= '' then\n"
+"  local w = redis.pcall('HGET', o, 'v')\n"
+"  if type(w) == 'string' and string.find(ours, ' ' .. w .. ' ', 1, true) then\n"
+"    redis.pcall('DEL', o)\n"
+"  end\n"
+"end\n"
+"local p = ARGV[3]\n"
+"if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
+"return c\n";
+
+static const char WRITEBACK_SCRIPT[] =
+"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
+"local c = redis.call('GET', KEYS[2]) or '0'\n"
+"local t = ARGV[2]\n"
+"if #t > #c or (#t == #c and t > c) then redis.call('SET', KEYS[2], t) end\n"
+"return 1\n";
+
+int64		rl_last_token = 0;
+
+/*
+ * The acquiring state of a lease: an attempt whose outcome is not settled.
+ * If an error interrupts it, the abort path releases what it may have set.
+ */
+static struct
+{
+	bool		active;
+	char		key[RL_KEY_MAX + 1];
+	int			keylen;
+	char		owner[RL_OWNER_LEN + 1];
+} rl_in_flight;
+
+int64_t
+rl_proto_wall_clock_us(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (int64) tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/*
+ * A new lock value: 128 random bits, which make it ours alone, followed by
+ * who holds it (this server's system identifier and the time it started,
+ * the database and the process), so that redlock_holder() on any server can
+ * say who holds a resource without any write beyond the lock itself.  The
+ * start time tells apart servers that share a system identifier: a standby
+ * made with pg_basebackup and its primary, or two runs of one server.
+ */
+void
+rl_proto_new_owner(char *owner)
+{
+	uint8		bytes[RL_OWNER_RANDOM_LEN / 2];
+
+	if (!pg_strong_random(bytes, sizeof(bytes)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random lease owner")));
+	hex_encode((const char *) bytes, sizeof(bytes), owner);
+	snprintf(owner + RL_OWNER_RANDOM_LEN, RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN,
+			 ":" UINT64_FORMAT ":" INT64_FORMAT ":%u:%d",
+			 GetSystemIdentifier(), (int64) PgStartTime, MyDatabaseId, MyProcPid);
+}
+
+/*
+ * The value an attempt's offer is handed: the attempt's own with 'w' for
+ * its first (hexadecimal) character, so that it is never an attempt's, and
+ * the release of the lease the attempt took removes it too (RELEASE_SCRIPT
+ * derives it the same way).  The holder it names is the same.
+ */
+void
+rl_offer_value(char *offer, const char *value)
+{
+	strlcpy(offer, value, RL_OWNER_LEN + 1);
+	offer[0] = 'w';
+}
+
+/* A token proposal: above every token this backend has seen. */
+int64
+rl_proto_new_proposal(void)
+{
+	return rl_propose_token(rl_proto_wall_clock_us(), rl_last_token);
+}
+
+/* The Redis key of a resource's lock. */
+int
+rl_lock_key(char *buf, const char *resource)
+{
+	return snprintf(buf, RL_KEY_MAX + 1, "%slock:%s", rl_key_prefix, resource);
+}
+
+/* ... and of the offer of a waiter on another server (RELEASE_SCRIPT) */
+int
+rl_offer_key(char *buf, const char *resource)
+{
+	return snprintf(buf, RL_KEY_MAX + 1, "%swait:%s", rl_key_prefix, resource);
+}
+
+/*
+ * The fencing counter of a resource: one of a fixed set of counters per
+ * node, chosen by a stable hash of the name (FNV-1a, the same on every
+ * server), so that a resource always uses the same counter while grants of
+ * unrelated resources seldom race on one.  Tokens are monotonic per
+ * resource; storage stays fixed however many resources are ever locked.
+ */
+int
+rl_counter_key(char *buf, const char *resource)
+{
+	uint32		hash = 2166136261u;
+
+	for (const unsigned char *c = (const unsigned char *) resource; *c; c++)
+	{
+		hash ^= *c;
+		hash *= 16777619u;
+	}
+	return snprintf(buf, RL_KEY_MAX + 1, "%s%s%u", rl_key_prefix,
+					RL_COUNTER_KEY_SUFFIX, hash % RL_COUNTER_STRIPES);
+}
+
+/* argv[0..2] of a script call: EVAL, the script, the number of keys */
+void
+rl_proto_eval_header(const char **argv, size_t *argvlen, const char *script,
+					 size_t scriptlen, const char *numkeys)
+{
+	argv[0] = "EVAL";
+	argvlen[0] = 4;
+	argv[1] = script;
+	argvlen[1] = scriptlen;
+	argv[2] = numkeys;
+	argvlen[2] = strlen(numkeys);
+}
+
+void
+rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
+					  int argc, const char **argv, const size_t *argvlen)
+{
+	memset(req, 0, sizeof(*req));
+	req->reply_kind = kind;
+	req->goal = goal;
+	req->argc = argc;
+	req->argv = argv;
+	req->argvlen = argvlen;
+}
+
+/*
+ * argv[0..5] of a script on a resource's lock: EVAL, the script, 2 keys
+ * (the lock and the resource's fencing counter, which goes in ckey) and
+ * the first argument, a lock value.
+ */
+void
+rl_proto_lock_call(const char **argv, size_t *argvlen, const char *script,
+		  size_t scriptlen, const char *key, int keylen, const char *resource,
+		  char *ckey, const char *owner)
+{
+	rl_proto_eval_header(argv, argvlen, script, scriptlen, "2");
+	argv[3] = key;
+	argvlen[3] = keylen;
+	argv[4] = ckey;
+	argvlen[4] = rl_counter_key(ckey, resource);
+	argv[5] = owner;
+	argvlen[5] = strlen(owner);
+}
+
+/* From here on an error must not leave the lease of owner behind. */
+void
+rl_proto_set_in_flight(const char *key, int keylen, const char *owner)
+{
+	memcpy(rl_in_flight.key, key, keylen + 1);
+	rl_in_flight.keylen = keylen;
+	memcpy(rl_in_flight.owner, owner, RL_OWNER_LEN + 1);
+	rl_in_flight.active = true;
+}
+
+/*
+ * The end of an attempt whose round has run, ours or a releasing holder's
+ * handoff (rl_in_flight holds its owner): choose the token, write it back
+ * where our proposal was not above a granting node's counter, and check
+ * the validity left.  On failure everything the attempt may have set is
+ * released.
+ */
+RlAttempt
+rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
+				int64 proposal, int64_t start_us, bool handed,
+				RlGrant *grant, RlRequest *req)
+{
+	int64_t		counters[RL_MAX_NODES];
+	int			ncounters = 0;
+	int64		token;
+	RlAttempt	result;
+	bool		unset[RL_MAX_NODES] = {0};
+	bool		announce = handed || req->decision == RL_WON;
+
+	/*
+	 * Where the round was refused or not sent, nothing of ours is set.  But
+	 * a value handed over was an offer, which may still wait on a node that
+	 * said no (a local holder's round leaves it where it fails; a remote
+	 * one's no may be older than the offer): it is withdrawn everywhere, or
+	 * a later release there would hand it a lock nobody releases.
+	 */
+	for (int i = 0; i < req->nnodes; i++)
+		unset[i] = !handed && (req->results[i].vote == RL_VOTE_NO ||
+							   req->results[i].in_backoff);
+
+	if (req->decision != RL_WON)
+	{
+		result = (req->decision == RL_CONTENDED) ? RL_ATTEMPT_CONTENDED
+			: RL_ATTEMPT_UNAVAILABLE;
+		goto failed;
+	}
+
+	for (int i = 0; i < req->nnodes; i++)
+		if (req->results[i].vote == RL_VOTE_YES)
+			counters[ncounters++] = req->results[i].counter;
+
+	if (!rl_choose_token(proposal, counters, ncounters, &token))
+	{
+		RlRequest	wb;
+		const char *argv[7];
+		size_t		argvlen[7];
+		char		ckey[RL_KEY_MAX + 1];
+		char		token_buf[24];
+
+		if (token < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_REDLOCK_PROTOCOL),
+					 errmsg("fencing counter on the Redis nodes is exhausted")));
+
+		/* write the token back where we hold the lock */
+		rl_proto_lock_call(argv, argvlen, WRITEBACK_SCRIPT, sizeof(WRITEBACK_SCRIPT) - 1,
+				  key, keylen, resource, ckey, grant->owner);
+		argv[6] = token_buf;
+		argvlen[6] = rl_format_counter(token, token_buf);
+		rl_proto_request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, 7, argv, argvlen);
+		for (int i = 0; i < req->nnodes; i++)
+			wb.skip[i] = (req->results[i].vote != RL_VOTE_YES);
+		rl_nodes_run(&wb);
+		if (wb.decision != RL_WON)
+		{
+			*req = wb;
+			result = (wb.decision == RL_CONTENDED) ? RL_ATTEMPT_EXPIRED
+				: RL_ATTEMPT_UNAVAILABLE;
+			goto failed;
+		}
+	}
+
+	if (rl_validity_us(ttl_ms, rl_now_us() - start_us, rl_drift_factor) <= 0)
+	{
+		result = RL_ATTEMPT_EXPIRED;
+		goto failed;
+	}
+
+	grant->token = token;
+	grant->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
+		rl_drift_us(ttl_ms, rl_drift_factor);
+	if (token > rl_last_token)
+		rl_last_token = token;
+	rl_in_flight.active = false;
+	return RL_ATTEMPT_GRANTED;
+
+failed:
+	rl_proto_withdraw_attempt(key, keylen, grant->owner, unset, announce);
+	rl_in_flight.active = false;
+	return result;
+}
+
+/*
+ * One Redlock attempt on key.  On success fills grant.  On failure
+ * everything this attempt may have set is released, and req_out describes
+ * what each node said.  offer: NULL, or the standing offer of a lock call
+ * that waits (rl_handoff_new_offer: the attempt's value and proposal, and
+ * the offer's value, or "" for a waiter that only asks to be woken:
+ * rl_handoff_mark_only), which is left where the lock is held
+ * (ACQUIRE_WAITING_SCRIPT); a holder on another server then hands the lock
+ * over in its release.  A lock held by the offer's value on a node our
+ * lease did not need is ours: our release removes it (RELEASE_SCRIPT).
+ */
+RlAttempt
+rl_proto_acquire(const char *resource, const char *key, int keylen,
+				 int ttl_ms, RlOffer *offer, RlGrant *grant,
+				 RlRequest *req_out)
+{
+	const char *argv[13];
+	size_t		argvlen[13];
+	char		ckey[RL_KEY_MAX + 1];
+	char		okey[RL_KEY_MAX + 1];
+	char		mkey[RL_KEY_MAX + 1];
+	char		ttl_buf[16];
+	char		proposal_buf[24];
+	char		px_buf[16];
+	int64		proposal;
+	int64_t		start_us;
+	int			argc = 8;
+
+	if (offer != NULL)
+	{
+		memcpy(grant->owner, offer->value, RL_OWNER_LEN + 1);
+		proposal = offer->proposal;
+	}
+	else
+	{
+		rl_proto_new_owner(grant->owner);
+		proposal = rl_proto_new_proposal();
+	}
+
+	rl_proto_lock_call(argv, argvlen, ACQUIRE_SCRIPT, sizeof(ACQUIRE_SCRIPT) - 1,
+					   key, keylen, resource, ckey, grant->owner);
+	argv[6] = ttl_buf;
+	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
+	argv[7] = proposal_buf;
+	argvlen[7] = rl_format_counter(proposal, proposal_buf);
+	if (offer != NULL)
+	{
+		/*
+		 * ARGV: ours, TTL, proposal, the offer's value (or ''), earlier,
+		 * life, the offer's and the marker's names
+		 */
+		argv[1] = ACQUIRE_WAITING_SCRIPT;
+		argvlen[1] = sizeof(ACQUIRE_WAITING_SCRIPT) - 1;
+		argv[8] = offer->owner;
+		argvlen[8] = strlen(offer->owner);
+		argv[9] = offer->past;
+		argvlen[9] = strlen(offer->past);
+		argv[10] = px_buf;
+		argvlen[10] = snprintf(px_buf, sizeof(px_buf), "%d", offer->px_ms);
+		argv[11] = okey;
+		argvlen[11] = rl_offer_key(okey, resource);
+		argv[12] = mkey;
+		argvlen[12] = snprintf(mkey, sizeof(mkey), "%swake:%s", rl_key_prefix,
+							   resource);
+		argc = 13;
+	}
+	rl_proto_request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, argc,
+						  argv, argvlen);
+
+	rl_proto_set_in_flight(key, keylen, grant->owner);
+	start_us = rl_now_us();
+	rl_stats_count(RL_STAT_ATTEMPTS);
+	rl_nodes_run(req_out);
+	req_out->argv = NULL;
+	req_out->argvlen = NULL;
+
+	return rl_proto_settle(resource, key, keylen, ttl_ms, proposal, start_us,
+						   false, grant, req_out);
+}
+
+/* Abort path: release what an interrupted attempt may have set. */
+void
+rl_proto_abandon_in_flight(void)
+{
+	if (rl_in_flight.active)
+	{
+		rl_in_flight.active = false;
+		rl_proto_release_one(rl_in_flight.key, rl_in_flight.keylen,
+					   rl_in_flight.owner, true);
+	}
+}

@@ -1,0 +1,191 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol_handoff.c
+ *	  The Redlock protocol for a release that hands the lock to a waiter:
+ *	  the holder's round, and the waiter's settling of it as its own.
+ *
+ * A holder of this server hands the lock to the first local waiter in the
+ * script that deletes its value (HANDOFF_SCRIPT), and the waiter finds the
+ * round's outcome in the lock table (handoff.c).  A holder on another
+ * server hands it over in its plain release, to the offer the waiter left
+ * on the nodes (RELEASE_SCRIPT in protocol_release.c), and the waiter's wake-up
+ * worker gathers the outcome from the nodes' messages (handoff_remote.c).
+ * Either way the waiter settles it with rl_proto_settle(), like an
+ * attempt of its own.  A handoff that reaches its waiter later than a
+ * round of its own could have taken (quorum.c, rl_handoff_fresh) is first
+ * confirmed on the nodes that handed it over (CONFIRM_SCRIPT): never is a
+ * lock granted on counters read longer ago than an acquire's.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "protocol/protocol_internal.h"
+
+/*
+ * A release that hands the lock to the next waiter of this server: delete
+ * our value (KEYS[1] = ARGV[1], or its offer value, as RELEASE_SCRIPT
+ * does), then take the lock for the waiter exactly as ACQUIRE_SCRIPT does
+ * (value ARGV[2], TTL ARGV[3], proposal ARGV[4]); a lock already handed to
+ * the waiter's offer on the nodes (hash ARGV[5], not a declared key: see
+ * ACQUIRE_WAITING_SCRIPT) by a holder on another server counts as taken.
+ * Our offers are removed, and the waiter's once it has the lock.  Nothing
+ * is published: the lock is not free.
+ */
+static const char HANDOFF_SCRIPT[] =
+"local w = 'w' .. string.sub(ARGV[1], 2)\n"
+"local mine = redis.call('GET', KEYS[1])\n"
+"if mine == ARGV[1] or mine == w then redis.call('DEL', KEYS[1]) end\n"
+"local ov = redis.pcall('HGET', ARGV[5], 'v')\n"
+"if ov == ARGV[1] or ov == w then redis.pcall('DEL', ARGV[5]) end\n"
+"local c = redis.call('GET', KEYS[2]) or '0'\n"
+"local cur = redis.call('GET', KEYS[1])\n"
+"if cur and cur ~= ARGV[2] then return false end\n"
+"redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+"if ov == ARGV[2] then redis.pcall('DEL', ARGV[5]) end\n"
+"local p = ARGV[4]\n"
+"if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
+"return c\n";
+
+/*
+ * A handoff heard late: where KEYS[1] still holds the waiter's value
+ * ARGV[1], renew its TTL (ARGV[2]) and read and raise the fencing counter
+ * to the proposal ARGV[3], as ACQUIRE_SCRIPT does; elsewhere say no.  The
+ * lease's validity then counts from this round, by the waiter's clock.
+ */
+static const char CONFIRM_SCRIPT[] =
+"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end\n"
+"redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+"local c = redis.call('GET', KEYS[2]) or '0'\n"
+"local p = ARGV[3]\n"
+"if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
+"return c\n";
+
+/*
+ * A holder's release that hands the lock to the next waiter: one round of
+ * HANDOFF_SCRIPT, whose outcome goes to the waiter in *out.  Not
+ * must-deliver (a replay could grant a waiter that moved on); the caller
+ * re-sends a plain release to the nodes that did not answer.  The round
+ * waits for every node (or its node_timeout), not just a majority: a node
+ * still pending could set the waiter's value after the waiter's own
+ * release of the lease (on other connections) has passed it, so the
+ * caller withdraws the value there, and the lease is every node that said
+ * yes.
+ */
+void
+rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
+				 const char *waiter_owner, int waiter_ttl_ms, bool nothrow,
+				 int64_t deadline_us, RlHandoff *out, RlRequest *req)
+{
+	const char *argv[10];
+	size_t		argvlen[10];
+	char		ckey[RL_KEY_MAX + 1];
+	char		okey[RL_KEY_MAX + 1];
+	char		ttl_buf[16];
+	char		proposal_buf[24];
+
+	out->proposal = rl_proto_new_proposal();
+	rl_proto_lock_call(argv, argvlen, HANDOFF_SCRIPT, sizeof(HANDOFF_SCRIPT) - 1,
+					   ours->key, ours->keylen, resource, ckey, ours->owner);
+	/* ARGV: ours, the waiter's, TTL, proposal, the offer hash's name */
+	argv[6] = waiter_owner;
+	argvlen[6] = strlen(waiter_owner);
+	argv[7] = ttl_buf;
+	argvlen[7] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", waiter_ttl_ms);
+	argv[8] = proposal_buf;
+	argvlen[8] = rl_format_counter(out->proposal, proposal_buf);
+	argv[9] = okey;
+	argvlen[9] = rl_offer_key(okey, resource);
+	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_ALL, 10, argv, argvlen);
+	req->nothrow = nothrow;
+	req->deadline_us = deadline_us;
+
+	out->start_us = rl_now_us();
+	rl_nodes_run(req);
+	req->argv = NULL;
+	req->argvlen = NULL;
+	out->nnodes = req->nnodes;
+	out->not_asked = 0;
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		out->votes[i] = req->results[i].vote;
+		out->counters[i] = req->results[i].counter;
+		if (req->results[i].in_backoff)
+			out->not_asked |= (uint32) 1 << i;
+	}
+}
+
+/*
+ * Confirm a handoff won on the nodes that said yes (see CONFIRM_SCRIPT);
+ * req becomes the confirming round.  Returns when it began.
+ */
+static int64_t
+confirm(const char *resource, const char *key, int keylen, int ttl_ms,
+		const char *owner, int64 proposal, RlRequest *req)
+{
+	const char *argv[8];
+	size_t		argvlen[8];
+	char		ckey[RL_KEY_MAX + 1];
+	char		ttl_buf[16];
+	char		proposal_buf[24];
+	bool		skip[RL_MAX_NODES];
+	int64_t		start_us;
+
+	for (int i = 0; i < RL_MAX_NODES; i++)
+		skip[i] = i >= req->nnodes || req->results[i].vote != RL_VOTE_YES;
+	rl_proto_lock_call(argv, argvlen, CONFIRM_SCRIPT, sizeof(CONFIRM_SCRIPT) - 1,
+					   key, keylen, resource, ckey, owner);
+	argv[6] = ttl_buf;
+	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
+	argv[7] = proposal_buf;
+	argvlen[7] = rl_format_counter(proposal, proposal_buf);
+	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 8, argv, argvlen);
+	memcpy(req->skip, skip, sizeof(req->skip));
+	start_us = rl_now_us();
+	rl_nodes_run(req);
+	req->argv = NULL;
+	req->argvlen = NULL;
+	return start_us;
+}
+
+/*
+ * The waiter's side of a handoff: settle the attempt a releasing holder
+ * made for us with the value owner (see rl_proto_handoff, or a release on
+ * another server) as if it were our own.
+ */
+RlAttempt
+rl_proto_take_handoff(const char *resource, const char *key, int keylen,
+					  int ttl_ms, const char *owner, const RlHandoff *ho,
+					  RlGrant *grant, RlRequest *req)
+{
+	int64_t		start_us = ho->start_us;
+
+	memset(req, 0, sizeof(*req));
+	req->reply_kind = RL_REPLY_COUNTER;
+	req->nnodes = ho->nnodes;
+	for (int i = 0; i < ho->nnodes; i++)
+	{
+		RlVote		v = ho->votes[i];
+
+		req->results[i].vote = v;
+		req->results[i].counter = ho->counters[i];
+		req->results[i].in_backoff = (ho->not_asked & ((uint32) 1 << i)) != 0;
+		snprintf(req->results[i].detail, sizeof(req->results[i].detail), "%s",
+				 v == RL_VOTE_YES ? "granted (handed over at release)" :
+				 v == RL_VOTE_NO ? "held by another owner" : "no answer to the releasing holder");
+	}
+	req->tally = rl_tally(ho->votes, ho->nnodes);
+	req->decision = rl_decide(ho->nnodes, req->tally);
+	if (req->decision == RL_UNDECIDED)
+		req->decision = RL_UNAVAILABLE;
+
+	strlcpy(grant->owner, owner, RL_OWNER_LEN + 1);
+	rl_proto_set_in_flight(key, keylen, owner);
+	if (req->decision == RL_WON &&
+		!rl_handoff_fresh(start_us, rl_now_us(),
+						  (int64_t) rl_node_timeout_ms * 1000))
+		start_us = confirm(resource, key, keylen, ttl_ms, owner,
+						   ho->proposal, req);
+	return rl_proto_settle(resource, key, keylen, ttl_ms, ho->proposal,
+						   start_us, true, grant, req);
+}

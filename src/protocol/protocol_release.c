@@ -1,0 +1,200 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol_release.c
+ *	  The Redlock protocol for a lock given up: the release of leases, and
+ *	  the withdrawal of an attempt that was not granted, with their scripts.
+ *
+ * Releases are owner-checked and must-deliver: a node that cannot take one
+ * now gets it when it can.  One release command carries up to
+ * RL_RELEASE_CHUNK leases, so a commit that ends hundreds of leases is one
+ * round trip.  The release script also hands the lock to a waiter on
+ * another server whose offer it finds beside the lock, or announces it
+ * free, but only when a waiter left its marker there: a release that
+ * nobody waits for pays nothing for that machinery (protocol.c describes
+ * the offers).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "protocol/protocol_internal.h"
+
+/*
+ * KEYS[i] is released when it holds ARGV[i], or the offer value of the
+ * attempt that took it (rl_offer_value(): 'w' for its first character),
+ * which a release may have set on a node the attempt did not need; returns
+ * how many were.  ARGV[#KEYS + 1] is the key prefix, which names each
+ * lock's waiters' marker "<prefix>wake:<resource>" (left by every attempt
+ * of a lock call that waits, ACQUIRE_WAITING_SCRIPT) and offer hash.  The
+ * lock and the marker are read in one MGET: with no marker, nobody waits,
+ * and the release is that MGET and a DEL.  With one, a released lock with
+ * a waiter's offer is taken for that waiter as its acquire would, and
+ * "value counter" is published (the counter before the grant); a lock left
+ * free is announced with an empty message, and the marker removed (the
+ * waiters woken leave it again if they are refused).  Either way on the
+ * key's channel, which the wake-up workers of other servers subscribe to.
+ * Where the lock is not ours, an offer of ours is removed.  MGET, the
+ * offer's commands and PUBLISH are pcall'd: a Redis user whose ACL lacks
+ * MGET releases as if someone waited, and one that lacks the others still
+ * releases (its waiters then poll).  No node's clock is read: the waiter
+ * counts the lease's validity on its own (handoff_remote.c).
+ */
+static const char RELEASE_SCRIPT[] =
+"local pre = ARGV[#KEYS + 1]\n"
+"local n = 0\n"
+"for i = 1, #KEYS do\n"
+"  local k = KEYS[i]\n"
+"  local v = ARGV[i]\n"
+"  local res = string.sub(k, 1, #pre + 5) == pre .. 'lock:' and\n"
+"    string.sub(k, #pre + 6)\n"
+"  local m = res and pre .. 'wake:' .. res\n"
+"  local r = m and redis.pcall('MGET', k, m)\n"
+"  local cur, waiting\n"
+"  if type(r) == 'table' and not r.err then\n"
+"    cur, waiting = r[1], r[2]\n"
+"  else\n"
+"    cur, waiting = redis.call('GET', k), true\n"
+"  end\n"
+"  local w = 'w' .. string.sub(v, 2)\n"
+"  if cur == v or cur == w then\n"
+"    n = n + redis.call('DEL', k)\n"
+"    if waiting then\n"
+"      local o = res and pre .. 'wait:' .. res\n"
+"      local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c')\n"
+"      if type(f) == 'table' and f[1] and f[1] ~= v and f[1] ~= w and\n"
+"         f[2] and f[3] and f[4] then\n"
+"        redis.pcall('DEL', o)\n"
+"        redis.call('SET', k, f[1], 'PX', f[2])\n"
+"        local c = redis.call('GET', f[4]) or '0'\n"
+"        local p = f[3]\n"
+"        if #p > #c or (#p == #c and p > c) then redis.call('SET', f[4], p) end\n"
+"        redis.pcall('PUBLISH', k, f[1] .. ' ' .. c)\n"
+"      else\n"
+"        if type(f) == 'table' and f[1] then redis.pcall('DEL', o) end\n"
+"        if m then redis.pcall('DEL', m) end\n"
+"        redis.pcall('PUBLISH', k, '')\n"
+"      end\n"
+"    end\n"
+"  elseif res then\n"
+"    local o = pre .. 'wait:' .. res\n"
+"    local ov = redis.pcall('HGET', o, 'v')\n"
+"    if ov == v or ov == w then redis.pcall('DEL', o) end\n"
+"  end\n"
+"end\n"
+"return n\n";
+
+/*
+ * The withdrawal of an attempt that was refused: RELEASE_SCRIPT for one
+ * key, announcing nothing.  The lock was never ours on a majority, so
+ * nobody waits for it to go; a publish would wake every waiter, ours
+ * included, only to be refused again by the holder.  Its offer stays: the
+ * caller still waits.
+ */
+static const char WITHDRAW_SCRIPT[] =
+"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+"  return redis.call('DEL', KEYS[1])\n"
+"end\n"
+"return 0\n";
+
+/*
+ * When a no-throw bulk release must stop waiting: one connect attempt and
+ * one answer per node, whatever the number of leases.
+ */
+int64_t
+rl_proto_release_deadline(void)
+{
+	return rl_now_us() +
+		((int64_t) rl_connect_timeout_ms + rl_node_timeout_ms) * 1000;
+}
+
+/*
+ * Release up to RL_RELEASE_CHUNK leases with one command per node (skip:
+ * NULL, or the nodes not to send it to).  With
+ * wait, returns when a majority answered (or cannot); replies come back in
+ * order on each connection, so that also confirms every release sent before
+ * it.  The command is must-deliver either way.
+ */
+void
+rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
+				 bool nothrow, int64_t deadline_us, const bool *skip,
+				 RlRequest *req)
+{
+	const char *argv[4 + 2 * RL_RELEASE_CHUNK];
+	size_t		argvlen[4 + 2 * RL_RELEASE_CHUNK];
+	char		numkeys[16];
+
+	Assert(nitems > 0 && nitems <= RL_RELEASE_CHUNK);
+	snprintf(numkeys, sizeof(numkeys), "%d", nitems);
+	rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT, sizeof(RELEASE_SCRIPT) - 1, numkeys);
+	for (int i = 0; i < nitems; i++)
+	{
+		argv[3 + i] = items[i].key;
+		argvlen[3 + i] = items[i].keylen;
+		argv[3 + nitems + i] = items[i].owner;
+		argvlen[3 + nitems + i] = strlen(items[i].owner);
+	}
+	argv[3 + 2 * nitems] = rl_key_prefix;
+	argvlen[3 + 2 * nitems] = strlen(rl_key_prefix);
+
+	rl_proto_request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 4 + 2 * nitems,
+						  argv, argvlen);
+	req->nothrow = nothrow;
+	req->must_deliver = true;
+	req->deadline_us = deadline_us;
+	if (skip != NULL)
+		memcpy(req->skip, skip, sizeof(req->skip));
+	if (wait)
+		rl_nodes_run(req);
+	else
+		rl_nodes_send(req);
+	req->argv = NULL;			/* argv was on our stack */
+	req->argvlen = NULL;
+}
+
+/*
+ * Release one lock value without waiting (an interrupted attempt, a value
+ * set for a waiter that left).  Must-deliver, announced.
+ */
+void
+rl_proto_release_one(const char *key, int keylen, const char *owner,
+					 bool nothrow)
+{
+	RlReleaseItem item = {key, keylen, owner};
+	RlRequest	req;
+
+	rl_proto_release(&item, 1, false, nothrow, 0, NULL, &req);
+}
+
+/*
+ * Withdraw an attempt that was not granted, without waiting: on every node
+ * but those that refused it or were not asked (nothing of ours was set
+ * there), including the ones that did not answer.  Must-deliver, like a
+ * release.  Announced (published) only when the lock was held on a
+ * majority meanwhile, or when the attempt was a handoff (whose release of
+ * the previous holder announced nothing): then someone may wait for it.
+ */
+void
+rl_proto_withdraw_attempt(const char *key, int keylen, const char *owner,
+				 const bool *skip, bool announce)
+{
+	const char *argv[6];
+	size_t		argvlen[6];
+	RlRequest	req;
+
+	if (announce)
+		rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT,
+							 sizeof(RELEASE_SCRIPT) - 1, "1");
+	else
+		rl_proto_eval_header(argv, argvlen, WITHDRAW_SCRIPT,
+							 sizeof(WITHDRAW_SCRIPT) - 1, "1");
+	argv[3] = key;
+	argvlen[3] = keylen;
+	argv[4] = owner;
+	argvlen[4] = strlen(owner);
+	argv[5] = rl_key_prefix;	/* RELEASE_SCRIPT's; WITHDRAW_SCRIPT ignores it */
+	argvlen[5] = strlen(rl_key_prefix);
+	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 6, argv, argvlen);
+	req.must_deliver = true;
+	memcpy(req.skip, skip, sizeof(req.skip));
+	rl_nodes_send(&req);
+}

@@ -1,0 +1,182 @@
+/*-------------------------------------------------------------------------
+ *
+ * handoff_remote.c
+ *	  The wake-up worker's part in a handoff by a holder on another server:
+ *	  gathering the nodes' word on it for the waiter.
+ *
+ * A release on another server that finds our waiter's offer on a node
+ * takes the lock there for the waiter and publishes "value counter"
+ * (protocol_release.c, RELEASE_SCRIPT); one that finds no offer, or
+ * another waiter's, publishes that instead.  The worker, subscribed to the
+ * key, passes each message here.  The first one naming the offer a waiting
+ * slot's last attempt left (asleep or not: the release may come while the
+ * waiter still asks) starts collecting: a node that handed the lock to it
+ * votes yes, with its fencing counter; one that left the lock free or
+ * handed it to someone else votes no.  At a majority either way, when
+ * every node spoke, or node_timeout after the first message, the outcome
+ * goes to the waiter (done, its latch set), which settles it as its own
+ * attempt (protocol_handoff.c).
+ *
+ * The lease's validity counts from when the waiter's attempt that left the
+ * offer began, by the waiter's own clock: no release can have set the lock
+ * for the offer before the offer was there.  No node's clock is trusted (a
+ * node whose clock steps forward would stretch the validity); a handoff
+ * heard late is confirmed on the nodes before it is granted
+ * (protocol_handoff.c), which also counts its validity afresh.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "base/guc.h"
+#include "shared/handoff.h"
+#include "shared/lock_table_internal.h"
+
+#define RL_WAKE_MAX 64			/* waiters woken by one look */
+
+/* a collection may be under way (the worker may have restarted) */
+static bool rl_collecting = true;
+
+/* The wake-up worker listens to these nodes (0: none). */
+void
+rl_handoff_remote_nodes(uint64_t nodes)
+{
+	static uint64_t told = 0;
+
+	if (rl_table == NULL || nodes == told)
+		return;
+	told = nodes;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	rl_table->wakeup_nodes = nodes;
+	LWLockRelease(rl_table->lock);
+}
+
+/*
+ * Lock held.  The outcome goes to the waiter, whose procno is returned (to
+ * set its latch).  Also the waiter's, when the worker is long overdue.
+ */
+int
+rl_remote_done(RlSlot *s)
+{
+	RlHandoff  *ho = &s->remote_result;
+
+	for (int i = 0; i < ho->nnodes; i++)
+		if (ho->votes[i] == RL_VOTE_PENDING)
+			ho->votes[i] = RL_VOTE_FAILED;
+	s->remote = RL_REMOTE_DONE;
+	s->woken = true;
+	return s->procno;
+}
+
+/*
+ * Node node says that key was released and handed to owner (with the
+ * counter before), or left free (owner NULL).  free_nodes: the nodes that
+ * said the key was left free, since free_since_us (messages from the nodes
+ * come in any order, and those before the first word of a handoff to us
+ * would be lost).
+ */
+void
+rl_handoff_remote_heard(int node, const char *key, const char *owner,
+						int64 counter, uint32 free_nodes,
+						int64_t free_since_us)
+{
+	int			wake[RL_WAKE_MAX];
+	int			nwake = 0;
+	int			nnodes = rl_nodes_count();
+	int			majority = rl_majority(nnodes);
+	int64_t		now = rl_now_us();
+	uint32		hash;
+
+	if (rl_table == NULL || node < 0 || node >= nnodes ||
+		(owner == NULL && !rl_collecting))
+		return;					/* a free lock concerns no collection */
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	for (int i = rl_key_chain(key, &hash); i >= 0 && nwake < RL_WAKE_MAX;
+		 i = rl_table->slots[i].chain_next)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+		RlHandoff  *ho = &s->remote_result;
+		bool		ours;
+		RlTally		t;
+
+		if (s->granted || s->remote_owner[0] == '\0' ||
+			!RL_SLOT_OF_KEY(s, hash, key) ||
+			s->remote_nodes != rl_table->wakeup_nodes)
+			continue;
+		ours = owner != NULL && strcmp(s->remote_owner, owner) == 0;
+		if (s->remote == RL_REMOTE_NONE && ours)
+		{
+			/* the first word of a handoff to this offer */
+			memset(ho, 0, sizeof(*ho));
+			ho->proposal = s->remote_proposal;
+			ho->start_us = s->remote_since_us;
+			ho->nnodes = nnodes;
+			for (int n = 0; n < nnodes; n++)
+				ho->votes[n] = RL_VOTE_PENDING;
+			/* left free, after our attempt had left the offer: not ours */
+			if (free_since_us >= s->remote_since_us)
+				for (int n = 0; n < nnodes; n++)
+					if ((free_nodes & ((uint32) 1 << n)) != 0)
+						ho->votes[n] = RL_VOTE_NO;
+			s->collect_since_us = now;
+			s->remote = RL_REMOTE_COLLECTING;
+			rl_collecting = true;
+		}
+		if (s->remote != RL_REMOTE_COLLECTING ||
+			ho->votes[node] != RL_VOTE_PENDING)
+			continue;
+		if (ours)
+		{
+			ho->votes[node] = RL_VOTE_YES;
+			ho->counters[node] = counter;
+		}
+		else
+			ho->votes[node] = RL_VOTE_NO;
+		t = rl_tally(ho->votes, nnodes);
+		if (t.yes >= majority || t.no > nnodes - majority || t.pending == 0)
+			wake[nwake++] = rl_remote_done(s);
+	}
+	LWLockRelease(rl_table->lock);
+	for (int i = 0; i < nwake; i++)
+		SetLatch(rl_latch_of(wake[i]));
+}
+
+/*
+ * Collections whose nodes have not all spoken node_timeout after the first
+ * one did: done with what they have.  Returns the milliseconds until the
+ * next is due (at most a second).
+ */
+long
+rl_handoff_remote_due(void)
+{
+	int			wake[RL_WAKE_MAX];
+	int			nwake = 0;
+	int64_t		now = rl_now_us();
+	int64_t		after = (int64_t) rl_node_timeout_ms * 1000;
+	long		next_ms = 1000;
+	bool		any = false;
+
+	if (rl_table == NULL || !rl_collecting)
+		return next_ms;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < rl_table->nslots && nwake < RL_WAKE_MAX; i++)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (!s->in_use || s->granted || s->remote != RL_REMOTE_COLLECTING)
+			continue;
+		if (s->collect_since_us + after <= now)
+			wake[nwake++] = rl_remote_done(s);
+		else
+		{
+			any = true;
+			next_ms = Min(next_ms,
+						  (long) ((s->collect_since_us + after - now + 999) / 1000));
+		}
+	}
+	LWLockRelease(rl_table->lock);
+	rl_collecting = any || nwake == RL_WAKE_MAX;
+	for (int i = 0; i < nwake; i++)
+		SetLatch(rl_latch_of(wake[i]));
+	return nwake == RL_WAKE_MAX ? 0 : next_ms;
+}

@@ -1,0 +1,86 @@
+/*-------------------------------------------------------------------------
+ *
+ * lock_table.h
+ *	  The server-wide table of leases held or awaited by every backend, in
+ *	  shared memory (needs redlock in shared_preload_libraries).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDLOCK_LOCK_TABLE_H
+#define REDLOCK_LOCK_TABLE_H
+
+#include "base/redlock.h"
+
+#define RL_SCOPE_SESSION	0x01
+#define RL_SCOPE_XACT		0x02
+
+/* What the holder records when its lease is granted. */
+typedef struct RlTableGrant
+{
+	int64		token;
+	int			scopes;
+	int64_t		valid_until_us;
+	int			ttl_ms;
+	bool		keep_alive;
+	const char *owner;
+	const char *key;
+} RlTableGrant;
+
+/* A keep-alive lease due for extension, as the worker sees it. */
+typedef struct RlKeepAlive
+{
+	int			slot;
+	int			pid;
+	int			ttl_ms;
+	char		owner[RL_OWNER_LEN + 1];
+	char		key[RL_KEY_MAX + 1];
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+	bool		other_nodes;	/* taken on nodes the worker no longer uses:
+								 * marked lost, not extended */
+	bool		limit;			/* redlock.keep_alive_limit reached: not
+								 * extended, only reported */
+	int			limit_s;		/* the holder's redlock.keep_alive_limit */
+} RlKeepAlive;
+
+extern void rl_lock_table_init(void);
+typedef enum RlWorkerRole
+{
+	RL_WORKER_KEEPALIVE,
+	RL_WORKER_WAKEUP,
+	RL_NWORKERS
+} RlWorkerRole;
+
+extern void rl_lock_table_set_worker(RlWorkerRole role, bool running);
+extern void rl_lock_table_wake_worker(RlWorkerRole role);
+extern int	rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max);
+extern void rl_lock_table_wake_key(const char *key, size_t keylen);
+extern bool rl_lock_table_take_wake(int slot);
+extern bool rl_lock_table_enabled(void);
+extern uint64_t rl_lock_table_nodes(void);
+extern int	rl_lock_table_enter(const char *resource, const char *key);
+extern void rl_lock_table_granted(int slot, const RlTableGrant *g);
+extern void rl_lock_table_update(int slot, int scopes, bool keep_alive);
+
+/* keep-alive and extension rounds: lock_table_keep.c */
+extern void rl_lock_table_keep_alive_check(void);
+extern void rl_lock_table_keepalive_nodes(uint64_t nodes);
+extern void rl_lock_table_worker_gone(void);
+extern int64_t rl_lock_table_valid_until(int slot);
+extern bool rl_lock_table_limit_reached(int slot);
+extern void rl_lock_table_extend_begin(int slot, int ttl_ms);
+extern int64_t rl_lock_table_extend_end(int slot, int ttl_ms, bool won);
+extern int	rl_lock_table_due(RlKeepAlive *due, int max, int64_t *next_us);
+typedef enum RlKeepOutcome
+{
+	RL_KEEP_EXTENDED,
+	RL_KEEP_RETRY,				/* a majority could not answer: try again soon */
+	RL_KEEP_LOST				/* a majority answered that it is not ours */
+} RlKeepOutcome;
+
+extern bool rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome);
+extern void rl_lock_table_remove(int slot);
+extern bool rl_lock_table_first_waiter(int slot);
+extern int64_t rl_lock_table_holder_expiry(const char *key);
+extern void rl_lock_table_waiting(int slot);
+
+#endif							/* REDLOCK_LOCK_TABLE_H */

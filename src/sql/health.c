@@ -1,0 +1,348 @@
+/*-------------------------------------------------------------------------
+ *
+ * health.c
+ *	  What the nodes say: redlock_nodes(), what each configured Redis node
+ *	  looks like from here, and redlock_holder(), who holds a resource.
+ *
+ * Probes every node (PING for the round trip, INFO and CONFIG GET save for
+ * its settings) and warns about settings that make locks unsafe, as read
+ * from the node itself.  Unreachable nodes are reported, never raised.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "lease/lifecycle.h"
+#include "net/nodes.h"
+#include "protocol/protocol.h"
+#include "sql/lease_sql.h"
+
+/*
+ * Columns of redlock_nodes(); 1.1 added the last two, server and
+ * quarantined_until.  A 1.0 definition of the function (library updated,
+ * ALTER EXTENSION UPDATE not run yet) has 9 columns: its tuples are formed
+ * from the first 9 values.
+ */
+#define RL_HEALTH_COLUMNS 11
+
+/* Value of "field:" in INFO output, palloc'd, or NULL. */
+static char *
+info_field(const char *info, const char *field)
+{
+	size_t		flen = strlen(field);
+	const char *p = info;
+
+	while (p != NULL && *p)
+	{
+		if (strncmp(p, field, flen) == 0 && p[flen] == ':')
+		{
+			const char *v = p + flen + 1;
+			size_t		vlen = strcspn(v, "\r\n");
+
+			return pnstrdup(v, vlen);
+		}
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return NULL;
+}
+
+/*
+ * Which server the node is, from its INFO: "Valkey 8.0.1" (Valkey names
+ * itself in server_name and gives its own version in valkey_version; its
+ * redis_version is the Redis release it is compatible with), "Redis 7.0.15"
+ * (Redis has no server_name), or another server's own name and version.
+ * palloc'd, or NULL when the node said nothing usable.
+ */
+static char *
+server_of(const char *info)
+{
+	char	   *name = info_field(info, "server_name");
+	char	   *version = NULL;
+
+	if (name != NULL)
+		version = info_field(info, psprintf("%s_version", name));
+	if (version == NULL)
+		version = info_field(info, "redis_version");
+	if (name == NULL || strcmp(name, "redis") == 0)
+		name = "Redis";
+	else if (strcmp(name, "valkey") == 0)
+		name = "Valkey";
+	if (version == NULL)
+		return NULL;
+	return psprintf("%s %s", name, version);
+}
+
+static void
+probe(RlRequest *req, int argc, const char **argv, const size_t *argvlen)
+{
+	memset(req, 0, sizeof(*req));
+	req->reply_kind = RL_REPLY_STATUS;
+	req->goal = RL_GOAL_ALL;
+	req->argc = argc;
+	req->argv = argv;
+	req->argvlen = argvlen;
+	req->probe = true;
+	rl_nodes_run(req);
+}
+
+/* INFO field as a number, or -1 if missing */
+static int64
+info_number(const char *info, const char *field)
+{
+	char	   *v = info_field(info, field);
+	int64		n = -1;
+
+	if (v != NULL && v[0] != '\0')
+		n = strtoll(v, NULL, 10);
+	if (v != NULL)
+		pfree(v);
+	return n;
+}
+
+/*
+ * Warnings read from a node's INFO: what makes its locks unsafe or its
+ * answers fail or stall.
+ */
+static List *
+info_warnings(List *warnings, const char *info)
+{
+	char	   *policy = info_field(info, "maxmemory_policy");
+	int64		maxmemory = info_number(info, "maxmemory");
+	int64		used = info_number(info, "used_memory");
+
+	if (info_number(info, "cluster_enabled") == 1)
+		warnings = lappend(warnings,
+						   "cluster mode is enabled (cluster_enabled:1): redlock needs independent masters, not a Redis Cluster; keys of other slots are refused");
+	if (policy != NULL && strcmp(policy, "noeviction") == 0 && maxmemory > 0 &&
+		used >= 0)
+	{
+		if (used >= maxmemory)
+			warnings = lappend(warnings,
+							   psprintf("used_memory (" INT64_FORMAT " bytes) is over maxmemory (" INT64_FORMAT " bytes) with noeviction: the node refuses writes (OOM), so it grants no lease",
+										used, maxmemory));
+		else if (used >= maxmemory / 10 * 9)
+			warnings = lappend(warnings,
+							   psprintf("used_memory is %d%% of maxmemory with noeviction: the node refuses writes (OOM) once it is full",
+										(int) (used * 100 / maxmemory)));
+	}
+	if (info_number(info, "loading") == 1)
+		warnings = lappend(warnings,
+						   "loading its data set: it answers nothing else until done");
+
+	/*
+	 * A fork copies the page tables of the whole data set and stalls the
+	 * node for that long; AOF rewrites of nodes with the same write volume
+	 * tend to start together.
+	 */
+	if (info_number(info, "aof_rewrite_in_progress") == 1)
+		warnings = lappend(warnings,
+						   "AOF rewrite in progress (a fork): the node may stall past node_timeout while it forks and finishes");
+	else if (info_number(info, "aof_rewrite_scheduled") == 1)
+		warnings = lappend(warnings,
+						   "AOF rewrite scheduled (a fork): the node may stall past node_timeout while it forks and finishes");
+	if (info_number(info, "rdb_bgsave_in_progress") == 1)
+		warnings = lappend(warnings,
+						   "RDB snapshot in progress (a fork): the node may stall past node_timeout while it forks");
+	if (info_number(info, "module_fork_in_progress") == 1)
+		warnings = lappend(warnings,
+						   "a module's fork in progress: the node may stall past node_timeout while it forks");
+	return warnings;
+}
+
+PG_FUNCTION_INFO_V1(redlock_nodes);
+
+Datum
+redlock_nodes(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RlRequest	ping,
+				info,
+				save;
+	static const char *ping_argv[] = {"PING"};
+	static const size_t ping_len[] = {4};
+	static const char *info_argv[] = {"INFO"};
+	static const size_t info_len[] = {4};
+	static const char *save_argv[] = {"CONFIG", "GET", "save"};
+	static const size_t save_len[] = {6, 3, 4};
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (rl_node_list == NULL || rl_node_list->count == 0)
+		return (Datum) 0;
+	rl_nodes_ready();
+
+	probe(&ping, 1, ping_argv, ping_len);
+	probe(&info, 1, info_argv, info_len);
+	probe(&save, 3, save_argv, save_len);
+
+	for (int i = 0; i < ping.nnodes; i++)
+	{
+		Datum		values[RL_HEALTH_COLUMNS];
+		bool		nulls[RL_HEALTH_COLUMNS] = {0};
+		bool		reachable = ping.results[i].vote == RL_VOTE_YES;
+		const char *text = info.results[i].reply_text;
+		char	   *version = text ? info_field(text, "redis_version") : NULL;
+		char	   *role = text ? info_field(text, "role") : NULL;
+		char	   *policy = text ? info_field(text, "maxmemory_policy") : NULL;
+		char	   *aof = text ? info_field(text, "aof_enabled") : NULL;
+		char	   *server = text ? server_of(text) : NULL;
+		const char *save_text = save.results[i].reply_text;
+		const char *persistence = NULL;
+		List	   *warnings = NIL;
+		int64_t		quarantined;
+
+		/* CONFIG GET save answers "save\n<value>\n"; empty value: none */
+		if (save_text != NULL && strncmp(save_text, "save\n", 5) == 0)
+		{
+			bool		snapshots = save_text[5] != '\n' && save_text[5] != '\0';
+			bool		aof_on = aof != NULL && strcmp(aof, "1") == 0;
+
+			persistence = aof_on && snapshots ? "aof+snapshots" :
+				aof_on ? "aof" : snapshots ? "snapshots" : "none";
+			if (!aof_on && !snapshots)
+				warnings = lappend(warnings,
+								   "no persistence (neither AOF nor snapshots): fencing counters and locks vanish on restart");
+		}
+		else if (aof != NULL)
+			persistence = strcmp(aof, "1") == 0 ? "aof" : "unknown (CONFIG GET save refused; AOF off)";
+
+		if (policy != NULL && strcmp(policy, "noeviction") != 0)
+			warnings = lappend(warnings,
+							   psprintf("maxmemory-policy is %s: lock keys can be evicted; use noeviction", policy));
+		if (role != NULL && strcmp(role, "master") != 0)
+			warnings = lappend(warnings,
+							   psprintf("replication role is %s: redlock needs independent masters", role));
+		if (text != NULL)
+			warnings = info_warnings(warnings, text);
+		quarantined = rl_node_quarantined_until(i);
+		if (quarantined != 0)
+		{
+			values[10] = TimestampTzGetDatum(GetCurrentTimestamp() +
+											 (quarantined - rl_now_us()));
+			warnings = lappend(warnings,
+							   psprintf("restarted lately (new run_id %s): it does not count toward a majority until quarantined_until (redlock.restart_quarantine)",
+										rl_node_ident(i)->run_id));
+		}
+		else
+			nulls[10] = true;
+		if (rl_node_same_as(i) >= 0)
+			warnings = lappend(warnings,
+							   psprintf("the same Redis server as %s (run_id %s): a majority would count it twice, so lock calls are refused until one of the two entries is removed",
+										rl_node_name(rl_node_same_as(i)),
+										rl_node_ident(i)->run_id));
+
+		values[0] = CStringGetTextDatum(rl_node_name(i));
+		values[1] = BoolGetDatum(reachable);
+		if (reachable)
+			values[2] = Float8GetDatum(ping.results[i].elapsed_us / 1000.0);
+		else
+			nulls[2] = true;
+#define TEXT_OR_NULL(col, str) \
+		do { if (str) values[col] = CStringGetTextDatum(str); else nulls[col] = true; } while (0)
+		TEXT_OR_NULL(3, version);
+		TEXT_OR_NULL(4, role);
+		TEXT_OR_NULL(5, policy);
+		TEXT_OR_NULL(6, persistence);
+		TEXT_OR_NULL(9, server);
+#undef TEXT_OR_NULL
+		if (warnings != NIL)
+		{
+			Datum	   *elems = palloc(sizeof(Datum) * list_length(warnings));
+			int			n = 0;
+			ListCell   *lc;
+
+			foreach(lc, warnings)
+				elems[n++] = CStringGetTextDatum((char *) lfirst(lc));
+			values[7] = PointerGetDatum(construct_array(elems, n, TEXTOID, -1,
+														false, TYPALIGN_INT));
+		}
+		else
+			values[7] = PointerGetDatum(construct_empty_array(TEXTOID));
+		if (reachable)
+			nulls[8] = true;
+		else
+			values[8] = CStringGetTextDatum(ping.results[i].vote == RL_VOTE_PENDING ?
+											"no answer" : ping.results[i].detail);
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * redlock_holder(resource): who holds it, as each node that has its lock
+ * says, whichever server took it.  The lock value names its holder (see
+ * rl_proto_new_owner() in protocol.c): the server's system identifier and
+ * start time, the database and the process.  "This server" is the one with
+ * both: a standby made with pg_basebackup shares its primary's system
+ * identifier, not its start time.  Values from before version 1.1 name
+ * nobody.
+ */
+PG_FUNCTION_INFO_V1(redlock_holder);
+
+Datum
+redlock_holder(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char		key[RL_KEY_MAX + 1];
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+	RlRequest	req;
+
+	rl_resource_arg(fcinfo, 0, resource);
+	InitMaterializedSRF(fcinfo, 0);
+	rl_nodes_ready();
+	rl_proto_holder(key, rl_lock_key(key, resource), &req);
+
+	for (int i = 0; i < req.nnodes; i++)
+	{
+		const char *answer = req.results[i].reply_text;
+		Datum		values[8];
+		bool		nulls[8] = {0};
+		char		owner[RL_OWNER_LEN + 1];
+		uint64		sysid;
+		int64		started;
+		unsigned int dbid;
+		int			pid;
+		long		pttl;
+
+		if (req.results[i].vote != RL_VOTE_YES || answer == NULL || answer[0] == '\0')
+			continue;			/* unreachable, or nobody holds it there */
+		values[0] = CStringGetTextDatum(rl_node_name(i));
+		if (sscanf(answer, "%100s %ld", owner, &pttl) == 2 &&
+			sscanf(owner + Min(strlen(owner), RL_OWNER_RANDOM_LEN),
+				   ":" UINT64_FORMAT ":" INT64_FORMAT ":%u:%d",
+				   &sysid, &started, &dbid, &pid) == 4)
+		{
+			values[1] = Int64GetDatum((int64) sysid);
+			values[2] = ObjectIdGetDatum((Oid) dbid);
+			values[3] = Int32GetDatum(pid);
+			values[7] = TimestampTzGetDatum((TimestampTz) started);
+		}
+		else
+		{
+			nulls[1] = nulls[2] = nulls[3] = nulls[7] = true;
+			if (sscanf(answer, "%*s %ld", &pttl) != 1)
+				pttl = -1;
+		}
+		if (pttl >= 0)
+			values[4] = Int32GetDatum((int32) Min(pttl, PG_INT32_MAX));
+		else
+			nulls[4] = true;
+		values[5] = BoolGetDatum(!nulls[1] &&
+								 sysid == GetSystemIdentifier() &&
+								 started == (int64) PgStartTime);
+		values[6] = CStringGetTextDatum(key);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

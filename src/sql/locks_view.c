@@ -1,0 +1,93 @@
+/*-------------------------------------------------------------------------
+ *
+ * locks_view.c
+ *	  redlock_locks(): the server-wide lease table as rows, like pg_locks.
+ *
+ * usesysid is the session user, as in pg_stat_activity (not a SECURITY
+ * DEFINER function's owner); key is the whole Redis key, so that two
+ * databases with different redlock.key_prefix values do not look like two
+ * holders of one lock.  valid_until is the end of the validity its holder
+ * was told, also once it has passed; for a lost lease, when the keep-alive
+ * worker found it lost.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/tuplestore.h"
+
+#include "shared/lock_table_internal.h"
+
+PG_FUNCTION_INFO_V1(redlock_locks);
+
+Datum
+redlock_locks(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int64_t		now_us = rl_now_us();
+	TimestampTz now = GetCurrentTimestamp();
+	RlSlot	   *copy;
+	int			ncopy = 0;
+
+	if (rl_table == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the redlock lease table is not available"),
+				 errdetail("The lease table lives in shared memory, which needs redlock in shared_preload_libraries."),
+				 errhint("Add redlock to shared_preload_libraries and restart the server; redlock_leases shows this session's leases without it.")));
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	/* copy the rows in use first: no output work under the table's lock */
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	for (int i = 0; i < rl_table->nslots; i++)
+		if (rl_table->slots[i].in_use)
+			ncopy++;
+	copy = palloc_extended(sizeof(RlSlot) * Max(ncopy, 1), MCXT_ALLOC_HUGE);
+	ncopy = 0;
+	for (int i = 0; i < rl_table->nslots; i++)
+		if (rl_table->slots[i].in_use)
+			copy[ncopy++] = rl_table->slots[i];
+	LWLockRelease(rl_table->lock);
+
+	for (int i = 0; i < ncopy; i++)
+	{
+		RlSlot	   *s = &copy[i];
+		Datum		values[14];
+		bool		nulls[14] = {0};
+
+		values[0] = Int32GetDatum(s->pid);
+		values[1] = ObjectIdGetDatum(s->dbid);
+		values[2] = ObjectIdGetDatum(s->userid);
+		values[3] = CStringGetTextDatum(s->resource);
+		values[4] = BoolGetDatum(s->granted);
+		values[12] = CStringGetTextDatum(s->key);
+		if (s->granted)
+		{
+
+			values[5] = Int64GetDatum(s->token);
+			values[6] = CStringGetTextDatum(
+											(s->scopes & RL_SCOPE_SESSION) && (s->scopes & RL_SCOPE_XACT) ?
+											"session+transaction" :
+											(s->scopes & RL_SCOPE_SESSION) ? "session" : "transaction");
+			nulls[7] = true;
+			values[8] = TimestampTzGetDatum(s->granted_at);
+			values[9] = TimestampTzGetDatum(now + (s->valid_until_us - now_us));
+			values[10] = BoolGetDatum(s->keep_alive);
+			values[11] = BoolGetDatum(s->lost);
+			values[13] = BoolGetDatum(s->limit_reached);
+		}
+		else
+		{
+			nulls[5] = nulls[6] = nulls[8] = nulls[9] = nulls[10] = nulls[11] = true;
+			nulls[13] = true;
+			values[7] = TimestampTzGetDatum(s->waitstart);
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	pfree(copy);
+	return (Datum) 0;
+}
