@@ -72,7 +72,7 @@ endif
 
 # PGXS tracks no header dependencies: rebuild every object when one of our
 # headers changes (a struct layout change must never mix old and new code).
-$(OBJS): $(wildcard $(srcdir)/src/*.h)
+$(OBJS): $(wildcard $(srcdir)/src/*/*.h)
 
 # Unit tests of the pure quorum logic: no server, no Redis.
 test/unit/test_quorum: test/unit/test_quorum.c src/base/quorum.c src/base/quorum.h
