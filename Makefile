@@ -65,9 +65,9 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # A VPATH build (Debian's pg_buildext builds in build-MAJOR/, see debian/)
-# puts the objects under src/ of the build directory: make it.
+# puts the objects under src/'s folders of the build directory: make them.
 ifdef VPATH
-$(shell mkdir -p src)
+$(shell mkdir -p $(sort $(dir $(OBJS))))
 endif
 
 # PGXS tracks no header dependencies: rebuild every object when one of our
