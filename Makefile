@@ -17,7 +17,8 @@ OBJS = \
 	src/net/node_wait.o \
 	src/net/node_server.o \
 	src/net/node_report.o \
-	src/protocol/protocol.o \
+	src/protocol/protocol_values.o \
+	src/protocol/protocol_acquire.o \
 	src/protocol/protocol_extend.o \
 	src/protocol/protocol_handoff.o \
 	src/protocol/protocol_release.o \

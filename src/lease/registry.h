@@ -6,7 +6,7 @@
  *
  * A lease goes through four states:
  *
- *	acquiring	an attempt is in flight (protocol.c keeps it; an error
+ *	acquiring	an attempt is in flight (protocol_acquire.c keeps it; an error
  *				releases it on the abort path);
  *	held		granted: in the registry, RL_LEASE_HELD, with one or more
  *				holds;

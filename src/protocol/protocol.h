@@ -1,9 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * protocol.h
- *	  The Redlock protocol on the nodes: acquire (and write back), release,
- *	  hand over to a waiter (protocol.c), extend and ask who holds a lock
- *	  (protocol_extend.c), each one round of Lua scripts sent to every node.
+ *	  The Redlock protocol on the nodes, each operation one round of Lua
+ *	  scripts sent to every node: acquire and settle (protocol_acquire.c),
+ *	  release (protocol_release.c), hand over to a waiter
+ *	  (protocol_handoff.c), extend and ask who holds a lock
+ *	  (protocol_extend.c); the values and keys they are given
+ *	  (protocol_values.c).
  *
  *-------------------------------------------------------------------------
  */

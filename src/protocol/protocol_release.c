@@ -10,7 +10,7 @@
  * round trip.  The release script also hands the lock to a waiter on
  * another server whose offer it finds beside the lock, or announces it
  * free, but only when a waiter left its marker there: a release that
- * nobody waits for pays nothing for that machinery (protocol.c describes
+ * nobody waits for pays nothing for that machinery (protocol_acquire.c describes
  * the offers).
  *
  *-------------------------------------------------------------------------

@@ -8,7 +8,7 @@
  * waiter's acquire.  With it, a waiter asleep in the lock table leaves a
  * standing offer in its slot (a fresh lock value and its TTL), and the
  * releasing holder's release round takes the lock for it on every node in
- * the same script that deletes the holder's value (protocol.c,
+ * the same script that deletes the holder's value (protocol_handoff.c,
  * HANDOFF_SCRIPT).  The waiter then settles that round as if it were its
  * own attempt: the same quorum, fencing-token choice, write-back and
  * validity (counted from the start of the holder's round), so a handoff

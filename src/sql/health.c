@@ -282,7 +282,7 @@ redlock_nodes(PG_FUNCTION_ARGS)
 /*
  * redlock_holder(resource): who holds it, as each node that has its lock
  * says, whichever server took it.  The lock value names its holder (see
- * rl_proto_new_owner() in protocol.c): the server's system identifier and
+ * rl_proto_new_owner() in protocol_values.c): the server's system identifier and
  * start time, the database and the process.  "This server" is the one with
  * both: a standby made with pg_basebackup shares its primary's system
  * identifier, not its start time.  Values from before version 1.1 name

@@ -196,6 +196,15 @@ wait_ms_arg(FunctionCallInfo fcinfo, int argno)
 	return wait_ms;
 }
 
+/* One Redlock round: counted in redlock_stats as an attempt. */
+static RlAttempt
+attempt(const char *resource, const char *key, int keylen, int ttl_ms,
+		RlOffer *offer, RlGrant *grant, RlRequest *req)
+{
+	rl_stats_count(RL_STAT_ATTEMPTS);
+	return rl_proto_acquire(resource, key, keylen, ttl_ms, offer, grant, req);
+}
+
 /*
  * Take (or re-enter) a lease.  Returns the token, or -1 when try_only and
  * the resource is held elsewhere.  wait_ms: -1 for no limit of its own.
@@ -290,8 +299,8 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 		if (!try_only && wait_ms != 0 && rl_handoff_remote_possible(slot))
 		{
 			rl_handoff_new_offer(slot, key, &waiter.offer);
-			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &waiter.offer,
-								 &grant, &req);
+			r = attempt(resource, key, keylen, ttl_ms, &waiter.offer,
+						&grant, &req);
 			rl_handoff_attempted(&waiter.offer, &req);
 			if (r == RL_ATTEMPT_GRANTED)
 				rl_handoff_wait_end(key, grant.owner);
@@ -302,12 +311,12 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 			RlOffer		mark;
 
 			rl_handoff_mark_only(&mark);
-			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &mark,
-								 &grant, &req);
+			r = attempt(resource, key, keylen, ttl_ms, &mark,
+						&grant, &req);
 		}
 		else
-			r = rl_proto_acquire(resource, key, keylen, ttl_ms, NULL,
-								 &grant, &req);
+			r = attempt(resource, key, keylen, ttl_ms, NULL,
+						&grant, &req);
 		asked = true;
 		if (r == RL_ATTEMPT_GRANTED)
 			break;

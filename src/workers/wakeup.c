@@ -6,7 +6,7 @@
  *
  * It subscribes, on every node, to the channels of the lock keys that
  * backends of this server wait for; every release publishes on its key's
- * channel (protocol.c).  A release publishes on each node it reaches, so
+ * channel (protocol_release.c).  A release publishes on each node it reaches, so
  * one release is heard up to once per node: the first waiter here is woken
  * once a majority of the nodes have announced it (before that the lock is
  * not free where it counts, and asking would only be refused), or
@@ -123,7 +123,7 @@ forget_all(HTAB *notes)
 /*
  * A message on a lock key's channel: empty for a release that left the lock
  * free, "value counter" for one that handed it to the waiter whose
- * offer was on the node (protocol.c).  The lock is not free then: only the
+ * offer was on the node (protocol_release.c).  The lock is not free then: only the
  * waiter named hears of it (handoff_remote.c).
  */
 static void

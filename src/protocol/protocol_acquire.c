@@ -1,9 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * protocol.c
- *	  The Redlock protocol for a lock changing hands: acquire, release and
- *	  the handoff of a released lock to a waiter, with their Lua scripts.
- *	  (Extending and asking who holds a lock: protocol_extend.c.)
+ * protocol_acquire.c
+ *	  The Redlock protocol for taking a lock: an attempt's round, and the
+ *	  settling of a round won (ours, or a releasing holder's handoff to
+ *	  us): token choice, write-back and validity, with their Lua scripts.
+ *	  (Releasing: protocol_release.c; handing over: protocol_handoff.c;
+ *	  extending and asking who holds a lock: protocol_extend.c; the values
+ *	  and keys the scripts are given: protocol_values.c.)
  *
  * A lease is taken with the Redlock algorithm: one random owner value is
  * set with NX and a TTL on every node at once, and the lease is granted when
@@ -31,18 +34,7 @@
  */
 #include "postgres.h"
 
-#include <sys/time.h>
-
-#include "access/xlog.h"
-#include "miscadmin.h"
-#include "utils/builtins.h"
-#include "utils/timestamp.h"
-
 #include "protocol/protocol_internal.h"
-#include "shared/stats.h"
-
-#define RL_COUNTER_KEY_SUFFIX "token-counter:"
-#define RL_COUNTER_STRIPES	64	/* fixed: never grows with resources */
 
 /*
  * The scripts.  Counters are compared as decimal strings (longer is larger,
@@ -120,8 +112,6 @@ static const char WRITEBACK_SCRIPT[] =
 "if #t > #c or (#t == #c and t > c) then redis.call('SET', KEYS[2], t) end\n"
 "return 1\n";
 
-int64		rl_last_token = 0;
-
 /*
  * The acquiring state of a lease: an attempt whose outcome is not settled.
  * If an error interrupts it, the abort path releases what it may have set.
@@ -133,137 +123,6 @@ static struct
 	int			keylen;
 	char		owner[RL_OWNER_LEN + 1];
 } rl_in_flight;
-
-int64_t
-rl_proto_wall_clock_us(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64) tv.tv_sec * 1000000 + tv.tv_usec;
-}
-
-/*
- * A new lock value: 128 random bits, which make it ours alone, followed by
- * who holds it (this server's system identifier and the time it started,
- * the database and the process), so that redlock_holder() on any server can
- * say who holds a resource without any write beyond the lock itself.  The
- * start time tells apart servers that share a system identifier: a standby
- * made with pg_basebackup and its primary, or two runs of one server.
- */
-void
-rl_proto_new_owner(char *owner)
-{
-	uint8		bytes[RL_OWNER_RANDOM_LEN / 2];
-
-	if (!pg_strong_random(bytes, sizeof(bytes)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate a random lease owner")));
-	hex_encode((const char *) bytes, sizeof(bytes), owner);
-	snprintf(owner + RL_OWNER_RANDOM_LEN, RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN,
-			 ":" UINT64_FORMAT ":" INT64_FORMAT ":%u:%d",
-			 GetSystemIdentifier(), (int64) PgStartTime, MyDatabaseId, MyProcPid);
-}
-
-/*
- * The value an attempt's offer is handed: the attempt's own with 'w' for
- * its first (hexadecimal) character, so that it is never an attempt's, and
- * the release of the lease the attempt took removes it too (RELEASE_SCRIPT
- * derives it the same way).  The holder it names is the same.
- */
-void
-rl_offer_value(char *offer, const char *value)
-{
-	strlcpy(offer, value, RL_OWNER_LEN + 1);
-	offer[0] = 'w';
-}
-
-/* A token proposal: above every token this backend has seen. */
-int64
-rl_proto_new_proposal(void)
-{
-	return rl_propose_token(rl_proto_wall_clock_us(), rl_last_token);
-}
-
-/* The Redis key of a resource's lock. */
-int
-rl_lock_key(char *buf, const char *resource)
-{
-	return snprintf(buf, RL_KEY_MAX + 1, "%slock:%s", rl_key_prefix, resource);
-}
-
-/* ... and of the offer of a waiter on another server (RELEASE_SCRIPT) */
-int
-rl_offer_key(char *buf, const char *resource)
-{
-	return snprintf(buf, RL_KEY_MAX + 1, "%swait:%s", rl_key_prefix, resource);
-}
-
-/*
- * The fencing counter of a resource: one of a fixed set of counters per
- * node, chosen by a stable hash of the name (FNV-1a, the same on every
- * server), so that a resource always uses the same counter while grants of
- * unrelated resources seldom race on one.  Tokens are monotonic per
- * resource; storage stays fixed however many resources are ever locked.
- */
-int
-rl_counter_key(char *buf, const char *resource)
-{
-	uint32		hash = 2166136261u;
-
-	for (const unsigned char *c = (const unsigned char *) resource; *c; c++)
-	{
-		hash ^= *c;
-		hash *= 16777619u;
-	}
-	return snprintf(buf, RL_KEY_MAX + 1, "%s%s%u", rl_key_prefix,
-					RL_COUNTER_KEY_SUFFIX, hash % RL_COUNTER_STRIPES);
-}
-
-/* argv[0..2] of a script call: EVAL, the script, the number of keys */
-void
-rl_proto_eval_header(const char **argv, size_t *argvlen, const char *script,
-					 size_t scriptlen, const char *numkeys)
-{
-	argv[0] = "EVAL";
-	argvlen[0] = 4;
-	argv[1] = script;
-	argvlen[1] = scriptlen;
-	argv[2] = numkeys;
-	argvlen[2] = strlen(numkeys);
-}
-
-void
-rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
-					  int argc, const char **argv, const size_t *argvlen)
-{
-	memset(req, 0, sizeof(*req));
-	req->reply_kind = kind;
-	req->goal = goal;
-	req->argc = argc;
-	req->argv = argv;
-	req->argvlen = argvlen;
-}
-
-/*
- * argv[0..5] of a script on a resource's lock: EVAL, the script, 2 keys
- * (the lock and the resource's fencing counter, which goes in ckey) and
- * the first argument, a lock value.
- */
-void
-rl_proto_lock_call(const char **argv, size_t *argvlen, const char *script,
-		  size_t scriptlen, const char *key, int keylen, const char *resource,
-		  char *ckey, const char *owner)
-{
-	rl_proto_eval_header(argv, argvlen, script, scriptlen, "2");
-	argv[3] = key;
-	argvlen[3] = keylen;
-	argv[4] = ckey;
-	argvlen[4] = rl_counter_key(ckey, resource);
-	argv[5] = owner;
-	argvlen[5] = strlen(owner);
-}
 
 /* From here on an error must not leave the lease of owner behind. */
 void
@@ -438,7 +297,6 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 
 	rl_proto_set_in_flight(key, keylen, grant->owner);
 	start_us = rl_now_us();
-	rl_stats_count(RL_STAT_ATTEMPTS);
 	rl_nodes_run(req_out);
 	req_out->argv = NULL;
 	req_out->argvlen = NULL;
