@@ -213,8 +213,8 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	}
 
 	grant->token = token;
-	grant->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
-		rl_drift_us(ttl_ms, rl_drift_factor);
+	grant->valid_until_us = rl_valid_until_us(start_us, ttl_ms,
+											  rl_drift_factor);
 	if (token > rl_last_token)
 		rl_last_token = token;
 	rl_in_flight.active = false;

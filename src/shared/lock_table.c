@@ -493,9 +493,9 @@ rl_lock_table_first_waiter(int slot)
 
 /*
  * When the lock key of a holder on this server expires on our nodes (0:
- * none holds it here): its validity plus the drift allowance and a little
- * for the time the key took to reach the nodes.  A keep-alive lease the
- * worker lost holds nothing: a majority said it is not ours.
+ * none holds it here): rl_gone_from_nodes_us() of its validity.  A
+ * keep-alive lease the worker lost holds nothing: a majority said it is
+ * not ours.
  */
 int64_t
 rl_lock_table_holder_expiry(const char *key)
@@ -514,8 +514,9 @@ rl_lock_table_holder_expiry(const char *key)
 
 		if (s->granted && !s->lost && s->nodes == nodes &&
 			RL_SLOT_OF_KEY(s, hash, key))
-			expiry = Max(expiry, s->valid_until_us +
-						 rl_drift_us(s->ttl_ms, rl_drift_factor) + 5000);
+			expiry = Max(expiry, rl_gone_from_nodes_us(s->valid_until_us,
+													   s->ttl_ms,
+													   rl_drift_factor));
 	}
 	LWLockRelease(rl_table->lock);
 	return expiry;

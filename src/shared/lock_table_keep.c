@@ -94,8 +94,7 @@ rl_lock_table_keep_alive_check(void)
 static void
 round_begin(RlSlot *s, int ttl_ms, int64_t now)
 {
-	int64_t		floor_us = now + (int64_t) ttl_ms * 1000 -
-		rl_drift_us(ttl_ms, rl_drift_factor);
+	int64_t		floor_us = rl_valid_until_us(now, ttl_ms, rl_drift_factor);
 
 	if (!s->worker_round && !s->backend_round)
 		s->rounds_floor_us = floor_us;

@@ -559,8 +559,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 	until = rl_lock_table_extend_end(lease->shm_slot, ttl_ms,
 									 decision == RL_WON && validity_us > 0);
 	if (until < 0)				/* no lock table: this round alone */
-		until = start_us + (int64_t) ttl_ms * 1000 -
-			rl_drift_us(ttl_ms, rl_drift_factor);
+		until = rl_valid_until_us(start_us, ttl_ms, rl_drift_factor);
 
 	if (decision == RL_UNAVAILABLE)
 	{
