@@ -30,8 +30,12 @@ OBJS = \
 	src/shared/restart_memory.o \
 	src/shared/stats.o \
 	src/lease/registry.o \
+	src/lease/lease_report.o \
+	src/lease/lease_release.o \
 	src/lease/lifecycle.o \
+	src/lease/session_nodes.o \
 	src/lease/lease_wait.o \
+	src/lease/lease_acquire.o \
 	src/sql/module.o \
 	src/sql/lease_sql.o \
 	src/sql/locks_view.o \

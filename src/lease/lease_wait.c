@@ -23,7 +23,7 @@
 #include "utils/guc.h"
 
 #include "shared/handoff.h"
-#include "sql/lease_sql.h"
+#include "lease/lease_report.h"
 #include "lease/lease_wait.h"
 #include "shared/lock_table.h"
 #include "shared/stats.h"

@@ -21,7 +21,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-#include "lease/lifecycle.h"
+#include "lease/session_nodes.h"
 #include "net/nodes.h"
 #include "protocol/protocol.h"
 #include "sql/lease_sql.h"
@@ -179,7 +179,7 @@ redlock_nodes(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (rl_node_list == NULL || rl_node_list->count == 0)
 		return (Datum) 0;
-	rl_nodes_ready();
+	rl_session_nodes_ready();
 
 	probe(&ping, 1, ping_argv, ping_len);
 	probe(&info, 1, info_argv, info_len);
@@ -300,7 +300,7 @@ redlock_holder(PG_FUNCTION_ARGS)
 
 	rl_resource_arg(fcinfo, 0, resource);
 	InitMaterializedSRF(fcinfo, 0);
-	rl_nodes_ready();
+	rl_session_nodes_ready();
 	rl_proto_holder(key, rl_lock_key(key, resource), &req);
 
 	for (int i = 0; i < req.nnodes; i++)

@@ -38,7 +38,6 @@
 #include "utils/memutils.h"
 
 #include "shared/handoff.h"
-#include "lease/lifecycle.h"
 #include "shared/lock_table.h"
 #include "net/nodes.h"
 #include "workers/worker.h"
@@ -326,7 +325,7 @@ redlock_wakeup_main(Datum main_arg)
 				forget_all(rl_heard);
 				forget_all(rl_fresh);
 			}
-			rl_nodes_ready();
+			rl_worker_nodes_ready();
 			nwanted = keys_wanted(awaited,
 								  rl_lock_table_awaited_keys(awaited, RL_WAKEUP_MAX_KEYS),
 								  wanted);
