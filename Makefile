@@ -24,9 +24,10 @@ OBJS = \
 	src/protocol/protocol_release.o \
 	src/shared/handoff.o \
 	src/shared/handoff_remote.o \
+	src/shared/lock_table_index.o \
 	src/shared/lock_table.o \
 	src/shared/lock_table_keep.o \
-	src/shared/lock_table_index.o \
+	src/shared/lock_table_workers.o \
 	src/shared/restart_memory.o \
 	src/shared/stats.o \
 	src/lease/registry.o \

@@ -91,7 +91,7 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 		(owner == NULL && !rl_collecting))
 		return;					/* a free lock concerns no collection */
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	for (int i = rl_key_chain(key, &hash); i >= 0 && nwake < RL_WAKE_MAX;
+	for (int i = rl_key_chain(rl_table, key, &hash); i >= 0 && nwake < RL_WAKE_MAX;
 		 i = rl_table->slots[i].chain_next)
 	{
 		RlSlot	   *s = &rl_table->slots[i];

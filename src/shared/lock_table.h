@@ -9,6 +9,8 @@
 #ifndef REDLOCK_LOCK_TABLE_H
 #define REDLOCK_LOCK_TABLE_H
 
+#include "datatype/timestamp.h"
+
 #include "base/redlock.h"
 
 #define RL_SCOPE_SESSION	0x01
@@ -50,10 +52,7 @@ typedef enum RlWorkerRole
 	RL_NWORKERS
 } RlWorkerRole;
 
-extern void rl_lock_table_set_worker(RlWorkerRole role, bool running);
 extern void rl_lock_table_wake_worker(RlWorkerRole role);
-extern int	rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max);
-extern void rl_lock_table_wake_key(const char *key, size_t keylen);
 extern bool rl_lock_table_take_wake(int slot);
 extern bool rl_lock_table_enabled(void);
 extern uint64_t rl_lock_table_nodes(void);
@@ -82,5 +81,31 @@ extern void rl_lock_table_remove(int slot);
 extern bool rl_lock_table_first_waiter(int slot);
 extern int64_t rl_lock_table_holder_expiry(const char *key);
 extern void rl_lock_table_waiting(int slot);
+
+/* A row of redlock_locks: a slot in use, as copied under the lock. */
+typedef struct RlLockRow
+{
+	int			pid;
+	Oid			dbid;
+	Oid			userid;			/* the session user */
+	bool		granted;
+	int64		token;			/* granted: */
+	int			scopes;
+	TimestampTz granted_at;
+	int64_t		valid_until_us;
+	bool		keep_alive;
+	bool		lost;
+	bool		limit_reached;
+	TimestampTz waitstart;		/* not granted */
+	char		key[RL_KEY_MAX + 1];
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+} RlLockRow;
+
+extern int	rl_lock_table_rows(RlLockRow **rows);
+
+/* the background workers: lock_table_workers.c */
+extern void rl_lock_table_set_worker(RlWorkerRole role, bool running);
+extern int	rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max);
+extern void rl_lock_table_wake_key(const char *key, size_t keylen);
 
 #endif							/* REDLOCK_LOCK_TABLE_H */

@@ -126,17 +126,18 @@ extern int	rl_remote_done(RlSlot *s);
 
 /*
  * The index by key (lock_table_index.c).  Walk the slots of one key with
- *		for (i = rl_key_chain(key, &hash); i >= 0; i = slots[i].chain_next)
+ *		for (i = rl_key_chain(t, key, &hash); i >= 0;
+ *			 i = t->slots[i].chain_next)
  * comparing key_hash and key: a chain holds other keys too.
  */
 extern Size rl_index_size(int nslots);
 extern void rl_index_init(RlLockTable *t, int *buckets);
 extern uint32 rl_key_hash(const char *key);
-extern int	rl_key_chain(const char *key, uint32 *hash);
-extern int	rl_index_alloc(void);
-extern void rl_index_link(int slot);
-extern void rl_index_unlink(int slot);
-extern void rl_index_free(int slot);
+extern int	rl_key_chain(const RlLockTable *t, const char *key, uint32 *hash);
+extern int	rl_index_alloc(RlLockTable *t);
+extern void rl_index_link(RlLockTable *t, int slot);
+extern void rl_index_unlink(RlLockTable *t, int slot);
+extern void rl_index_free(RlLockTable *t, int slot);
 
 #define RL_SLOT_OF_KEY(s, hash, key) \
 	((s)->key_hash == (hash) && strcmp((s)->key, (key)) == 0)
