@@ -22,16 +22,17 @@ OBJS = \
 	src/protocol/protocol_extend.o \
 	src/protocol/protocol_handoff.o \
 	src/protocol/protocol_release.o \
-	src/shared/handoff.o \
-	src/shared/handoff_remote.o \
 	src/shared/lock_table_index.o \
 	src/shared/lock_table.o \
 	src/shared/lock_table_keep.o \
+	src/shared/lock_table_remote.o \
+	src/shared/lock_table_handoff.o \
 	src/shared/lock_table_workers.o \
 	src/shared/restart_memory.o \
 	src/shared/stats.o \
 	src/lease/registry.o \
 	src/lease/lease_report.o \
+	src/lease/lease_handoff.o \
 	src/lease/lease_release.o \
 	src/lease/lifecycle.o \
 	src/lease/session_nodes.o \

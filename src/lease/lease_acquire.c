@@ -21,11 +21,11 @@
 #include "access/xact.h"
 
 #include "lease/lease_acquire.h"
+#include "lease/lease_handoff.h"
 #include "lease/lease_report.h"
 #include "lease/lease_wait.h"
 #include "lease/registry.h"
 #include "lease/session_nodes.h"
-#include "shared/handoff.h"
 #include "shared/lock_table.h"
 #include "shared/stats.h"
 

@@ -22,8 +22,8 @@
  */
 #include "postgres.h"
 
+#include "lease/lease_handoff.h"
 #include "lease/lease_release.h"
-#include "shared/handoff.h"
 #include "shared/stats.h"
 
 static uint64 rl_release_batches = 0;

@@ -24,10 +24,10 @@
 #include "tcop/utility.h"
 
 #include "base/guc.h"
+#include "lease/lease_handoff.h"
 #include "lease/lease_release.h"
 #include "lease/lifecycle.h"
 #include "lease/registry.h"
-#include "shared/handoff.h"
 
 static bool rl_exit_hook_registered = false;
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;

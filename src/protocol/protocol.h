@@ -47,7 +47,7 @@ typedef struct RlReleaseItem
  * A lock call's standing offer to be handed the lock when it is released:
  * the value a releasing holder sets for it.  Its attempts leave it on the
  * nodes that refused them, for holders on other servers; asleep, it also
- * leaves it in the lock table, for holders of this server (handoff.c).
+ * leaves it in the lock table, for holders of this server (lease_handoff.c).
  */
 typedef struct RlOffer
 {

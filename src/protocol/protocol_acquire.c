@@ -18,7 +18,7 @@
  *
  * Releases (protocol_release.c) are owner-checked and must-deliver.  A
  * release that finds a waiter of this server asleep hands the lock to it
- * in the same script (handoff.c, protocol_handoff.c).
+ * in the same script (lease_handoff.c, protocol_handoff.c).
  *
  * A waiter on another server is handed the lock by the release script
  * itself: the waiter's refused attempt leaves its offer (a fresh lock value
@@ -27,7 +27,7 @@
  * every node that refused it; a release (protocol_release.c) that finds
  * the marker and an offer sets W in the same script, exactly as an acquire
  * would, and publishes "W counter" instead of announcing a free lock.  The
- * waiter's wake-up worker collects those messages (handoff_remote.c) and
+ * waiter's wake-up worker collects those messages (lock_table_remote.c) and
  * the waiter settles them as its own attempt.
  *
  *-------------------------------------------------------------------------
@@ -59,7 +59,7 @@ static const char ACQUIRE_SCRIPT[] =
  * (a waiter that is not handed the lock over); ARGV[6] is their lifetime
  * (the marker's is never shortened).  ARGV[5] lists, separated by
  * spaces, the values of every earlier offer of the same wait that may
- * still be on a node (handoff.c, rl_handoff_new_offer): one of them is
+ * still be on a node (lease_handoff.c, rl_handoff_new_offer): one of them is
  * replaced, and a lock a release handed to one of them after we stopped
  * listening is taken back for this attempt.  The first attempt of a wait
  * (none earlier), when granted, costs nothing more than ACQUIRE_SCRIPT.

@@ -6,10 +6,11 @@
  *
  * A holder of this server hands the lock to the first local waiter in the
  * script that deletes its value (HANDOFF_SCRIPT), and the waiter finds the
- * round's outcome in the lock table (handoff.c).  A holder on another
- * server hands it over in its plain release, to the offer the waiter left
- * on the nodes (RELEASE_SCRIPT in protocol_release.c), and the waiter's wake-up
- * worker gathers the outcome from the nodes' messages (handoff_remote.c).
+ * round's outcome in the lock table (lock_table_handoff.c).  A holder on
+ * another server hands it over in its plain release, to the offer the
+ * waiter left on the nodes (RELEASE_SCRIPT in protocol_release.c), and the
+ * waiter's wake-up worker gathers the outcome from the nodes' messages
+ * (lock_table_remote.c).
  * Either way the waiter settles it with rl_proto_settle(), like an
  * attempt of its own.  A handoff that reaches its waiter later than a
  * round of its own could have taken (quorum.c, rl_handoff_fresh) is first

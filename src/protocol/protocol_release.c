@@ -37,7 +37,7 @@
  * offer's commands and PUBLISH are pcall'd: a Redis user whose ACL lacks
  * MGET releases as if someone waited, and one that lacks the others still
  * releases (its waiters then poll).  No node's clock is read: the waiter
- * counts the lease's validity on its own (handoff_remote.c).
+ * counts the lease's validity on its own (lock_table_remote.c).
  */
 static const char RELEASE_SCRIPT[] =
 "local pre = ARGV[#KEYS + 1]\n"

@@ -13,7 +13,7 @@
  * Waiters on this server queue in the order they started waiting: only the
  * first waiter for a resource asks the nodes; when a holder on this server
  * releases the resource it hands the lease straight to the first waiter
- * asleep with an offer (handoff.c), and otherwise, or when a waiter ahead
+ * asleep with an offer (lock_table_handoff.c, lease_handoff.c), and otherwise, or when a waiter ahead
  * gives up, the first remaining waiter's latch is set, so it asks again at
  * once instead of after a polling delay.  Waiters still wake by themselves
  * (at the local holder's expiry, and after a bounded delay), so a missed
@@ -272,7 +272,7 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 	s->next_extend_us = now + (int64_t) g->ttl_ms * 1000 / 3;
 	s->keep_until_us = now + (int64_t) rl_keep_alive_limit_s * 1000000;
 	s->keep_limit_s = rl_keep_alive_limit_s;
-	strlcpy(s->owner, g->owner, sizeof(s->owner));
+	strlcpy(s->value, g->owner, sizeof(s->value));
 	if (strcmp(s->key, g->key) != 0)
 	{
 		/* not the key it was entered with: chain it by the new one */
@@ -281,7 +281,7 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 		rl_index_link(rl_table, slot);
 	}
 	s->remote = RL_REMOTE_NONE;
-	s->remote_owner[0] = '\0';
+	s->remote_offered[0] = '\0';
 	LWLockRelease(rl_table->lock);
 	if (g->keep_alive)
 		rl_lock_table_wake_worker(RL_WORKER_KEEPALIVE);

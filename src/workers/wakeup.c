@@ -37,7 +37,6 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
-#include "shared/handoff.h"
 #include "shared/lock_table.h"
 #include "net/nodes.h"
 #include "workers/worker.h"
@@ -123,7 +122,7 @@ forget_all(HTAB *notes)
  * A message on a lock key's channel: empty for a release that left the lock
  * free, "value counter" for one that handed it to the waiter whose
  * offer was on the node (protocol_release.c).  The lock is not free then: only the
- * waiter named hears of it (handoff_remote.c).
+ * waiter named hears of it (lock_table_remote.c).
  */
 static void
 on_message(int node, const char *key, const char *payload, size_t len)
