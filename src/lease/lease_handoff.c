@@ -129,11 +129,11 @@ rl_handoff_new_offer(int slot, const char *key, RlOffer *offer)
 	}
 
 	rl_proto_new_owner(offer->value);
-	rl_offer_value(offer->owner, offer->value);
+	rl_offer_value(offer->offered, offer->value);
 	offer->proposal = rl_proto_new_proposal();
 	offer->since_us = rl_now_us();
 	offer->px_ms = rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
-	strlcpy(rl_left.left[rl_left.n].value, offer->owner, RL_OWNER_LEN + 1);
+	strlcpy(rl_left.left[rl_left.n].value, offer->offered, RL_OWNER_LEN + 1);
 	rl_left.left[rl_left.n].nodes = nnodes >= 32 ? ~(uint32) 0 :
 		((uint32) 1 << nnodes) - 1;
 	rl_left.n++;
@@ -171,7 +171,8 @@ rl_handoff_attempted(const RlOffer *offer, const RlRequest *req)
 
 		for (int i = 0; i < rl_left.n; i++)
 		{
-			bool		current = strcmp(rl_left.left[i].value, offer->owner) == 0;
+			bool		current = strcmp(rl_left.left[i].value,
+										 offer->offered) == 0;
 
 			if ((!current && (v == RL_VOTE_YES || v == RL_VOTE_NO)) ||
 				(current && (v == RL_VOTE_YES || req->results[n].in_backoff)))
@@ -209,8 +210,8 @@ rl_handoff_wait_end(const char *key, const char *owner)
 void
 rl_handoff_used(RlOffer *offer, const char *owner)
 {
-	if (strcmp(offer->owner, owner) == 0)
-		offer->owner[0] = '\0';
+	if (strcmp(offer->offered, owner) == 0)
+		offer->offered[0] = '\0';
 	if (strcmp(offer->local, owner) == 0)
 		offer->local[0] = '\0';
 }
@@ -222,7 +223,7 @@ rl_handoff_used(RlOffer *offer, const char *owner)
 void
 rl_handoff_offer(int slot, int ttl_ms, RlOffer *offer)
 {
-	const char *value = offer->owner;
+	const char *value = offer->offered;
 
 	if (!rl_lock_table_enabled() || slot < 0)
 		return;

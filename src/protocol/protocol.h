@@ -52,8 +52,9 @@ typedef struct RlReleaseItem
 typedef struct RlOffer
 {
 	char		value[RL_OWNER_LEN + 1];	/* the attempt's own lock value */
-	char		owner[RL_OWNER_LEN + 1];	/* the offer's on the nodes:
-											 * rl_offer_value() of it, or "" */
+	char		offered[RL_OWNER_LEN + 1];	/* the value offered on the
+											 * nodes: rl_offer_value() of
+											 * value, or "" */
 	char		local[RL_OWNER_LEN + 1];	/* offered without: fresh, or "" */
 	char		past[RL_WAIT_OFFERS * (RL_OWNER_LEN + 1)];	/* earlier offers
 													 * that may still be on a

@@ -279,8 +279,8 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 		 */
 		argv[1] = ACQUIRE_WAITING_SCRIPT;
 		argvlen[1] = sizeof(ACQUIRE_WAITING_SCRIPT) - 1;
-		argv[8] = offer->owner;
-		argvlen[8] = strlen(offer->owner);
+		argv[8] = offer->offered;
+		argvlen[8] = strlen(offer->offered);
 		argv[9] = offer->past;
 		argvlen[9] = strlen(offer->past);
 		argv[10] = px_buf;

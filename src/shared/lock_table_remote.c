@@ -73,7 +73,7 @@ rl_handoff_remote_offer(int slot, const RlOffer *offer)
 
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->handoff == RL_HANDOFF_NONE);
-	strlcpy(s->remote_offered, offer->owner, sizeof(s->remote_offered));
+	strlcpy(s->remote_offered, offer->offered, sizeof(s->remote_offered));
 	s->remote_proposal = offer->proposal;
 	s->remote_since_us = offer->since_us;
 	s->remote_nodes = rl_nodes_fingerprint();
