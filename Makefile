@@ -42,6 +42,7 @@ OBJS = \
 	src/sql/lease_sql.o \
 	src/sql/locks_view.o \
 	src/sql/health.o \
+	src/sql/holder.o \
 	src/sql/fence.o \
 	src/sql/fence_refuse.o \
 	src/workers/worker.o \
