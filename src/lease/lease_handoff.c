@@ -186,7 +186,7 @@ rl_handoff_attempted(const RlOffer *offer, const RlRequest *req)
  * The wait ended with the lease owner granted: every other offer the wait
  * left is withdrawn.  The lease's own offer (or, handed over, its value)
  * stays where a release may still hand it over: the lease's release
- * removes both there, in whichever order they come (RELEASE_SCRIPT).
+ * removes both there, in whichever order they come (RELEASE_HANDOVER_SCRIPT).
  */
 void
 rl_handoff_wait_end(const char *key, const char *owner)

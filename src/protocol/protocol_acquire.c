@@ -54,8 +54,8 @@ static const char ACQUIRE_SCRIPT[] =
  * ACQUIRE_SCRIPT for a lock call that waits, with the names of its
  * waiters' marker in ARGV[8] and of its offer hash in ARGV[7]: where the
  * lock is held, leave the marker (so that its release announces it,
- * RELEASE_SCRIPT) and the offer (value ARGV[4], the TTL, the proposal and
- * the counter's name) unless another waiter's is there or ARGV[4] is ''
+ * RELEASE_HANDOVER_SCRIPT) and the offer (value ARGV[4], the TTL, the
+ * proposal and the counter's name) unless another waiter's is there or ARGV[4] is ''
  * (a waiter that is not handed the lock over); ARGV[6] is their lifetime
  * (the marker's is never shortened).  ARGV[5] lists, separated by
  * spaces, the values of every earlier offer of the same wait that may
@@ -235,7 +235,8 @@ failed:
  * rl_handoff_mark_only), which is left where the lock is held
  * (ACQUIRE_WAITING_SCRIPT); a holder on another server then hands the lock
  * over in its release.  A lock held by the offer's value on a node our
- * lease did not need is ours: our release removes it (RELEASE_SCRIPT).
+ * lease did not need is ours: our release removes it
+ * (RELEASE_HANDOVER_SCRIPT).
  */
 RlAttempt
 rl_proto_acquire(const char *resource, const char *key, int keylen,

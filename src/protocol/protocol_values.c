@@ -63,8 +63,8 @@ rl_proto_new_owner(char *owner)
 /*
  * The value an attempt's offer is handed: the attempt's own with 'w' for
  * its first (hexadecimal) character, so that it is never an attempt's, and
- * the release of the lease the attempt took removes it too (RELEASE_SCRIPT
- * derives it the same way).  The holder it names is the same.
+ * the release of the lease the attempt took removes it too
+ * (RELEASE_HANDOVER_SCRIPT derives it the same way).  The holder it names is the same.
  */
 void
 rl_offer_value(char *offer, const char *value)
@@ -87,7 +87,7 @@ rl_lock_key(char *buf, const char *resource)
 	return snprintf(buf, RL_KEY_MAX + 1, "%slock:%s", rl_key_prefix, resource);
 }
 
-/* ... and of the offer of a waiter on another server (RELEASE_SCRIPT) */
+/* ... of the offer of a waiter on another server (RELEASE_HANDOVER_SCRIPT) */
 int
 rl_offer_key(char *buf, const char *resource)
 {

@@ -7,7 +7,7 @@
  *
  * A release on another server that finds our waiter's offer on a node
  * takes the lock there for the waiter and publishes "value counter"
- * (protocol_release.c, RELEASE_SCRIPT); one that finds no offer, or
+ * (protocol_release.c, RELEASE_HANDOVER_SCRIPT); one that finds no offer, or
  * another waiter's, publishes that instead.  The worker, subscribed to the
  * key, passes each message here.  The first one naming the offer a waiting
  * slot's last attempt left (asleep or not: the release may come while the
