@@ -33,7 +33,7 @@ char	   *rl_tls_key_file = NULL;
 /*
  * A setting that decides how the nodes are reached was assigned: a new
  * value needs new connections, and the leases taken on the old ones are
- * released (lifecycle.c).  PostgreSQL calls assign hooks on every reload
+ * released (session_nodes.c).  PostgreSQL calls assign hooks on every reload
  * of the configuration file, for unchanged values too, and when a SET
  * LOCAL or a function's SET clause ends: only a different value counts.
  * The variable still holds the value in force while the hook runs.

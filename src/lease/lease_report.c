@@ -37,7 +37,8 @@ any_protocol_error(const RlRequest *req)
 
 /* A majority could not answer an acquire (or an extend): raise. */
 void
-rl_report_unavailable(const char *resource, const RlRequest *req, bool extending)
+rl_report_unavailable(const char *resource, const RlRequest *req,
+					  bool extending)
 {
 	StringInfoData nodes;
 
