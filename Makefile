@@ -8,15 +8,18 @@ OBJS = \
 	src/base/node_list.o \
 	src/base/quorum.o \
 	src/base/wait_events.o \
-	src/net/node_conn.o \
-	src/net/node_sock.o \
-	src/net/node_tls.o \
-	src/net/node_resolve.o \
-	src/net/node_pipeline.o \
-	src/net/node_round.o \
-	src/net/node_wait.o \
-	src/net/node_server.o \
+	src/net/node_table.o \
 	src/net/node_report.o \
+	src/net/node_tls.o \
+	src/net/node_sock.o \
+	src/net/node_resolve.o \
+	src/net/node_queue.o \
+	src/net/node_fail.o \
+	src/net/node_server.o \
+	src/net/node_pipeline.o \
+	src/net/node_conn.o \
+	src/net/node_wait.o \
+	src/net/node_round.o \
 	src/protocol/protocol_values.o \
 	src/protocol/protocol_acquire.o \
 	src/protocol/protocol_extend.o \
@@ -29,6 +32,7 @@ OBJS = \
 	src/shared/lock_table_handoff.o \
 	src/shared/lock_table_workers.o \
 	src/shared/restart_memory.o \
+	src/shared/health_memory.o \
 	src/shared/stats.o \
 	src/lease/registry.o \
 	src/lease/lease_report.o \
@@ -41,6 +45,7 @@ OBJS = \
 	src/sql/module.o \
 	src/sql/lease_sql.o \
 	src/sql/locks_view.o \
+	src/sql/nodes_view.o \
 	src/sql/health.o \
 	src/sql/holder.o \
 	src/sql/fence.o \

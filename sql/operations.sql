@@ -97,6 +97,16 @@ SELECT CASE node WHEN :'node1' THEN 'node1' ELSE node END AS node,
        reachable, rtt_ms IS NULL AS no_rtt, error, server IS NULL AS no_server
   FROM redlock_nodes ORDER BY node = :'node1';
 RESET redlock.nodes;
+-- the nodes' health across the server, from what requests met (no node is
+-- asked): the node that refused the probes above is failing, and says why
+SELECT state, failing_since IS NOT NULL AS since, requests > 0 AS asked,
+       errors_refused > 0 AS refused, errors_timeout + errors_redis + errors_tls
+       + errors_resolve + errors_other AS other_errors, last_error,
+       last_error_at IS NOT NULL AS error_time, last_success_at IS NULL AS never_answered
+  FROM redlock_stats_nodes WHERE node = '127.0.0.1:1';
+SELECT count(*) AS configured_nodes_seen, bool_and(last_success_at IS NOT NULL) AS answered
+  FROM redlock_stats_nodes
+ WHERE node = ANY (string_to_array(current_setting('redlock.nodes'), ','));
 
 -- ---------- privileges ----------
 CREATE ROLE regress_redlock_alice;
@@ -108,6 +118,7 @@ SELECT pg_temp.outcome($$SELECT redlock_xact_lock('ops:p')$$);
 SELECT pg_temp.outcome($$SELECT redlock_unlock('ops:p')$$);
 SELECT pg_temp.outcome($$SELECT redlock_extend('ops:p', 1000)$$);
 SELECT pg_temp.outcome($$SELECT * FROM redlock_nodes$$);
+SELECT pg_temp.outcome($$SELECT * FROM redlock_stats_nodes$$);
 -- harmless reads are public
 SELECT count(*) FROM redlock_leases;
 SELECT count(*) > 0 AS sees_stats FROM redlock_stats;
@@ -137,6 +148,7 @@ SET ROLE regress_redlock_alice;
 SELECT redlock_try_lock('ops:p') > 0 AS granted;
 SELECT redlock_unlock('ops:p');
 SELECT count(*) AS nodes_visible FROM redlock_nodes;
+SELECT count(*) > 0 AS node_health_visible FROM redlock_stats_nodes;
 SELECT pg_temp.outcome($$SELECT redlock_stats_reset()$$);
 RESET ROLE;
 DROP ROLE regress_redlock_alice;

@@ -319,3 +319,33 @@ CREATE VIEW redlock_nodes AS
 REVOKE ALL ON FUNCTION redlock_nodes() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redlock_nodes() TO redlock_user, pg_monitor;
 GRANT SELECT ON redlock_nodes TO redlock_user, pg_monitor;
+
+-- The health of every Redis node as this server sees it (needs redlock in
+-- shared_preload_libraries): requests, errors by kind, the last error and
+-- the last success, whether the node is failing, and until when it is
+-- quarantined after a restart.  Read from shared memory: no node is asked.
+CREATE FUNCTION redlock_stats_nodes(
+    OUT node text,
+    OUT state text,
+    OUT failing_since timestamptz,
+    OUT requests bigint,
+    OUT errors_refused bigint,
+    OUT errors_timeout bigint,
+    OUT errors_redis bigint,
+    OUT errors_tls bigint,
+    OUT errors_resolve bigint,
+    OUT errors_other bigint,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT last_success_at timestamptz,
+    OUT quarantined_until timestamptz,
+    OUT tracked_since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redlock_stats_nodes'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+CREATE VIEW redlock_stats_nodes AS
+    SELECT * FROM redlock_stats_nodes();
+-- node addresses and errors: for those who may see redlock_nodes
+REVOKE ALL ON FUNCTION redlock_stats_nodes() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redlock_stats_nodes() TO redlock_user, pg_monitor;
+GRANT SELECT ON redlock_stats_nodes TO redlock_user, pg_monitor;

@@ -42,8 +42,9 @@ got=$(psql -X -At -U app -c 'SHOW redlock.nodes')
 [ "$got" = "$nodes" ] || { echo "SHOW redlock.nodes as app: '$got', expected '$nodes'" >&2; exit 1; }
 
 # a node that redlock tries to reach and cannot is logged ("Redis node
-# ... stopped answering"); none may be
-if grep -E 'Redis node [^ ]+ (stopped|is answering|refused)|RL00[0-9]' "$work/pg/log/postgresql.log"; then
+# ... stopped answering", or with redlock preloaded "... is failing"); none
+# may be
+if grep -E 'Redis node [^ ]+ (stopped|is answering|refused|is failing|is healthy)|RL00[0-9]' "$work/pg/log/postgresql.log"; then
 	echo "redlock contacted the block's nodes" >&2
 	exit 1
 fi

@@ -1,14 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * node_conn.c
- *	  Connections to the Redis nodes: the node list in force, opening and
- *	  closing connections, failure, backoff and the node up/down log lines.
+ *	  Connections to the Redis nodes: the node list in force, opening a
+ *	  connection (lookup, TCP connect, TLS handshake, AUTH and INFO queued)
+ *	  and handling its socket's events; a connection lost under a round.
  *
  * Each backend keeps at most one connection per node, opened lazily (so
  * always after fork) and reused.  Every socket is counted against
  * max_files_per_process with AcquireExternalFD(), as PostgreSQL's own
- * modules do.  A node that failed is retried only after a backoff, so a
- * dead node does not cost a connect timeout on every call.
+ * modules do.  A node that failed is retried only after a backoff
+ * (node_fail.c), so a dead node does not cost a connect timeout on every
+ * call.
  *
  * Nothing here raises an ERROR: these functions run on the commit, abort
  * and exit paths too.
@@ -23,134 +25,7 @@
 
 #include "net/node_internal.h"
 
-#define RL_BACKOFF_MIN_MS	100
-#define RL_BACKOFF_MAX_MS	2000
-
-/*
- * None of our commands is answered with a large or nested array.  A broken
- * or hostile peer may still announce one of two billion elements, which
- * hiredis would allocate and, when the reply is freed, walk element by
- * element; or nest arrays hundreds of thousands deep, which some hiredis
- * versions follow recursively until the stack overflows.  Both are refused
- * by our own reader hook, whatever the hiredis version: the reader then
- * fails and so does the node, with a protocol error.
- */
-#define RL_MAX_REPLY_ELEMENTS	65536
-#define RL_MAX_REPLY_DEPTH		2	/* an array, and arrays inside it */
-
-RlNode		rl_nodes[RL_MAX_NODES];
-int			rl_nnodes = 0;
 static uint64_t rl_applied_generation = 0;
-
-#if HIREDIS_MAJOR >= 1
-typedef size_t rl_elements_t;
-#else
-typedef int rl_elements_t;
-#endif
-static redisReplyObjectFunctions rl_reply_functions;
-static void *(*rl_default_create_array) (const redisReadTask *, rl_elements_t) = NULL;
-static const char *rl_reply_refused = NULL;
-
-static void *
-rl_create_array(const redisReadTask *task, rl_elements_t elements)
-{
-	int			depth = 0;
-
-	for (const redisReadTask *t = task->parent; t != NULL; t = t->parent)
-		depth++;
-	if (depth >= RL_MAX_REPLY_DEPTH)
-	{
-		rl_reply_refused = "array reply nested too deeply";
-		return NULL;
-	}
-	if ((long long) elements < 0 || (long long) elements > RL_MAX_REPLY_ELEMENTS)
-	{
-		rl_reply_refused = "array reply too large";
-		return NULL;
-	}
-	return rl_default_create_array(task, elements);
-}
-
-/*
- * Why the reader last refused a reply (NULL: it did not), and forget it.
- */
-const char *
-node_reply_refusal(void)
-{
-	const char *why = rl_reply_refused;
-
-	rl_reply_refused = NULL;
-	return why;
-}
-
-int
-rl_nodes_count(void)
-{
-	return rl_nnodes;
-}
-
-const char *
-rl_node_name(int i)
-{
-	return rl_nodes[i].name;
-}
-
-/* Changes whenever node i gets a new connection (pub/sub: subscribe again). */
-uint64_t
-rl_node_connection_serial(int i)
-{
-	return rl_nodes[i].serial;
-}
-
-bool
-rl_node_connected(int i)
-{
-	return rl_nodes[i].state != RL_CONN_NONE;
-}
-
-int
-rl_nodes_open_connections(void)
-{
-	int			n = 0;
-
-	for (int i = 0; i < rl_nnodes; i++)
-		if (rl_nodes[i].state != RL_CONN_NONE)
-			n++;
-	return n;
-}
-
-/*
- * Close the connection.  Must-deliver commands it still owed replies for
- * may not have been applied: they are kept for the next connection.
- */
-void
-node_disconnect(RlNode *node)
-{
-	if (node->state == RL_CONN_RESOLVING)
-		resolve_cancel(node);
-	sock_close(node);
-	if (node->reader != NULL)
-	{
-		redisReaderFree(node->reader);
-		node->reader = NULL;
-	}
-	sock_reset_output(node);
-	node->bytes_in = 0;
-	node->reply_bytes = 0;
-	node->state = RL_CONN_NONE;
-	node->want_write = false;
-	pipeline_requeue_owed(node);
-	node->wes_pos = -1;
-	rl_wes_stale = true;
-}
-
-void
-rl_nodes_disconnect_all(void)
-{
-	for (int i = 0; i < rl_nnodes; i++)
-		node_disconnect(&rl_nodes[i]);
-	resolve_shutdown();
-}
 
 /*
  * Which nodes this backend talks to, as a number: the same for every
@@ -187,7 +62,7 @@ rl_nodes_apply_config(void)
 	rl_nodes_disconnect_all();
 	for (int i = 0; i < rl_nnodes; i++)
 	{
-		pipeline_forget_kept(&rl_nodes[i]);
+		queue_forget_kept(&rl_nodes[i]);
 		/* a closed connection keeps a small output buffer: free it */
 		free(rl_nodes[i].obuf);
 		rl_nodes[i].obuf = NULL;
@@ -220,86 +95,6 @@ rl_nodes_apply_config(void)
 }
 
 /*
- * A node failed: close its connection, fail this round's pending request on
- * it, and back off before connecting again.
- */
-static void
-node_vfail(RlNode *node, RlRequest *req, const char *hint, const char *fmt,
-		   va_list args) pg_attribute_printf(4, 0);
-
-static void
-node_vfail(RlNode *node, RlRequest *req, const char *hint, const char *fmt,
-		   va_list args)
-{
-	int			idx = node - rl_nodes;
-
-	report_vclip(node->last_error, sizeof(node->last_error), fmt, args);
-	node->last_hint = hint ? hint : report_text_hint(node->last_error);
-	node->failed_at_us = rl_now_us();
-
-	if (req != NULL && !req->skip[idx] &&
-		req->results[idx].vote == RL_VOTE_PENDING)
-	{
-		if (req->must_deliver)
-			pipeline_keep(node, req);
-		req->results[idx].vote = RL_VOTE_FAILED;
-		strlcpy(req->results[idx].detail, node->last_error,
-				sizeof(req->results[idx].detail));
-		req->results[idx].hint = node->last_hint;
-	}
-
-	/* one log line when a node goes away, one when it is back */
-	if (!node->reported_down)
-	{
-		ereport(LOG,
-				(errmsg("Redis node %s stopped answering: %s",
-						node->name, node->last_error)));
-		node->reported_down = true;
-	}
-
-	node_disconnect(node);
-	node->backoff_ms = Min(Max(node->backoff_ms * 2, RL_BACKOFF_MIN_MS),
-						   RL_BACKOFF_MAX_MS);
-	node->retry_at_us = rl_now_us() + (int64_t) node->backoff_ms * 1000;
-}
-
-void
-node_fail(RlNode *node, RlRequest *req, const char *fmt,...)
-{
-	va_list		args;
-
-	va_start(args, fmt);
-	node_vfail(node, req, NULL, fmt, args);
-	va_end(args);
-}
-
-/* node_fail, with what is likely wrong (a full sentence, static text) */
-void
-node_fail_hint(RlNode *node, RlRequest *req, const char *hint,
-			   const char *fmt,...)
-{
-	va_list		args;
-
-	va_start(args, fmt);
-	node_vfail(node, req, hint, fmt, args);
-	va_end(args);
-}
-
-/* The node answered: end its backoff, and say so if it had been down. */
-void
-node_answering(RlNode *node)
-{
-	node->last_heard_us = rl_now_us();
-	node->backoff_ms = 0;
-	if (node->reported_down)
-	{
-		ereport(LOG,
-				(errmsg("Redis node %s is answering again", node->name)));
-		node->reported_down = false;
-	}
-}
-
-/*
  * Start connecting: a reader for the replies, AUTH and the kept commands
  * queued ahead of anything else, and the lookup of the node's addresses.
  * Resolution, TCP connect and the TLS handshake all count against
@@ -310,19 +105,12 @@ node_connect(RlNode *node, RlRequest *req)
 {
 	int64_t		now = rl_now_us();
 
-	node->reader = redisReaderCreate();
+	node->reader = pipeline_new_reader();
 	if (node->reader == NULL)
 	{
-		node_fail(node, req, "could not allocate a connection");
+		node_fail(node, req, RL_OUTCOME_OTHER, "could not allocate a connection");
 		return;
 	}
-	if (rl_default_create_array == NULL)
-	{
-		rl_reply_functions = *node->reader->fn;
-		rl_default_create_array = rl_reply_functions.createArray;
-		rl_reply_functions.createArray = rl_create_array;
-	}
-	node->reader->fn = &rl_reply_functions;
 	node->serial++;
 	node->state = RL_CONN_RESOLVING;
 	node->connect_started_us = node->phase_started_us = now;
@@ -358,22 +146,22 @@ node_connect(RlNode *node, RlRequest *req)
 		argvlen[argc++] = strlen(password);
 		len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
 		ok = len > 0 && sock_append(node, cmd, len) &&
-			pipeline_owe(node, RL_TAG_AUTH);
+			queue_owe(node, RL_TAG_AUTH);
 		if (len > 0)
 			redisFreeCommand(cmd);
 		if (!ok)
 		{
-			node_fail(node, req, "could not queue AUTH");
+			node_fail(node, req, RL_OUTCOME_OTHER, "could not queue AUTH");
 			return;
 		}
 	}
 	/* who the server is: its answer comes before anything else's */
 	if (!server_queue_info(node))
 	{
-		node_fail(node, req, "could not queue INFO");
+		node_fail(node, req, RL_OUTCOME_OTHER, "could not queue INFO");
 		return;
 	}
-	pipeline_send_kept(node);
+	queue_send_kept(node);
 
 	resolve_start(node);
 	if (node->resolve_done)
@@ -401,10 +189,12 @@ node_connect_next(RlNode *node, RlRequest *req)
 		}
 	}
 	if (node->naddrs > 1)
-		node_fail(node, req, "could not connect: %s (%d addresses tried)",
+		node_fail(node, req, RL_OUTCOME_REFUSED,
+				  "could not connect: %s (%d addresses tried)",
 				  node->addr_error, node->naddrs);
 	else
-		node_fail(node, req, "could not connect: %s", node->addr_error);
+		node_fail(node, req, RL_OUTCOME_REFUSED, "could not connect: %s",
+				  node->addr_error);
 }
 
 /* The lookup of the node's addresses ended: connect, or fail. */
@@ -415,7 +205,8 @@ node_resolved(RlNode *node, RlRequest *req)
 	node->resolve_seq = 0;
 	if (node->naddrs == 0)
 	{
-		node_fail(node, req, "could not resolve host name \"%s\": %s",
+		node_fail(node, req, RL_OUTCOME_RESOLVE,
+				  "could not resolve host name \"%s\": %s",
 				  node->addr.host, node->addr_error);
 		return;
 	}
@@ -429,7 +220,7 @@ node_ready(RlNode *node, RlRequest *req)
 	node->state = RL_CONN_READY;
 	node->asked_at_us = node->last_progress_us = node->last_heard_us =
 		rl_now_us();
-	pipeline_write(node, req);
+	node_write(node, req);
 }
 
 /*
@@ -450,13 +241,14 @@ node_handshake(RlNode *node, RlRequest *req, const char *plain)
 			break;				/* wait for node->tls_events */
 		default:
 			if (plain[0] != '\0')
-				node_fail_hint(node, req, report_closed_hint(node),
+				node_fail_hint(node, req, RL_OUTCOME_TLS, report_closed_hint(node),
 							   "%s (the node answered in plain text: \"%s\"; it does not use TLS on this port)",
 							   why, plain);
 			else if (strstr(why, "closed the connection") != NULL)
-				node_fail_hint(node, req, report_closed_hint(node), "%s", why);
+				node_fail_hint(node, req, RL_OUTCOME_TLS, report_closed_hint(node),
+							   "%s", why);
 			else
-				node_fail(node, req, "%s", why);
+				node_fail(node, req, RL_OUTCOME_TLS, "%s", why);
 			break;
 	}
 }
@@ -502,7 +294,7 @@ node_connect_done(RlNode *node, RlRequest *req)
 
 		if (!tls_begin(node, why, sizeof(why)))
 		{
-			node_fail(node, req, "%s", why);
+			node_fail(node, req, RL_OUTCOME_TLS, "%s", why);
 			return;
 		}
 		node->state = RL_CONN_HANDSHAKE;
@@ -560,10 +352,10 @@ node_event(RlNode *node, RlRequest *req, bool readable, bool writable)
 			break;
 		case RL_CONN_READY:
 			if (node->want_write && (writable || node->ssl != NULL))
-				pipeline_write(node, req);
+				node_write(node, req);
 			if (node->state == RL_CONN_READY &&
 				(readable || sock_has_buffered_input(node)))
-				pipeline_read(node, req);
+				node_read(node, req);
 			break;
 	}
 }
@@ -587,9 +379,46 @@ node_lost(RlNode *node, RlRequest *req, const char *what)
 		node_connect(node, req);
 		if (node->state == RL_CONN_NONE)
 			return;				/* node_connect failed it */
-		if (!pipeline_queue(node, req, rl_dispatch_tag))
-			node_fail(node, req, "could not queue the request");
+		if (!queue_request(node, req, rl_dispatch_tag))
+			node_fail(node, req, RL_OUTCOME_OTHER, "could not queue the request");
 		return;
 	}
-	node_fail_hint(node, req, report_closed_hint(node), "%s", what);
+	node_fail_hint(node, req, RL_OUTCOME_REFUSED, report_closed_hint(node),
+				   "%s", what);
+}
+
+/*
+ * Read what the node sent; a connection that broke is lost (node_lost may
+ * reconnect at once).
+ */
+void
+node_read(RlNode *node, RlRequest *req)
+{
+	char		lost[200];
+
+	if (!pipeline_read(node, req, lost, sizeof(lost)))
+		node_lost(node, req, lost);
+}
+
+/* Write what is queued for the node; a connection that broke is lost. */
+void
+node_write(RlNode *node, RlRequest *req)
+{
+	char		lost[200];
+
+	if (!pipeline_write(node, lost, sizeof(lost)))
+		node_lost(node, req, lost);
+}
+
+/* Move on the nodes whose lookup ended: connect them. */
+void
+node_lookups_ended(RlRequest *req)
+{
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		if (node->state == RL_CONN_RESOLVING && node->resolve_done)
+			node_resolved(node, req);
+	}
 }

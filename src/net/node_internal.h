@@ -2,13 +2,8 @@
  *
  * node_internal.h
  *	  The node layer's own state: one connection per Redis node per
- *	  backend, shared by node_conn.c (connection lifecycle), node_resolve.c
- *	  (addresses), node_sock.c (the socket and its buffers), node_tls.c
- *	  (TLS), node_pipeline.c (commands queued on a connection and the
- *	  replies it owes), node_server.c (which server answers: INFO server
- *	  at connect, and the quarantine of one that restarted), node_report.c (failures told, with hints), node_round.c
- *	  (one request sent to every node, replies awaited) and node_wait.c
- *	  (the wait itself).
+ *	  backend, shared by the files of src/net/ (listed below, lowest
+ *	  first, with their functions).
  *
  *	  Nothing outside those files includes this header.
  *
@@ -150,6 +145,14 @@ node_connecting(const RlNode *node)
 		node->state == RL_CONN_HANDSHAKE;
 }
 
+/*
+ * The files of the node layer, lowest first.  Each uses only the files
+ * above it in this list (test/check-layers.sh checks it); a lower one that
+ * must tell a higher one something returns it (pipeline_read's lost
+ * connection) or calls a function pointer it was given.
+ */
+
+/* node_table.c: the node table and the flags the files share */
 extern RlNode rl_nodes[RL_MAX_NODES];
 extern int	rl_nnodes;
 extern uint64_t rl_round_id;	/* tag of the round being waited for */
@@ -157,51 +160,17 @@ extern uint64_t rl_dispatch_tag;	/* tag of what is being dispatched */
 extern bool rl_wes_stale;		/* sockets changed: rebuild the wait set */
 extern bool rl_latch_fired;		/* the latch was set during a round */
 
-/* node_conn.c */
-extern void node_connect(RlNode *node, RlRequest *req);
-extern void node_disconnect(RlNode *node);
-extern int	node_wanted_events(const RlNode *node);
-extern void node_event(RlNode *node, RlRequest *req, bool readable, bool writable);
-extern void node_resolved(RlNode *node, RlRequest *req);
-extern void node_fail(RlNode *node, RlRequest *req, const char *fmt,...) pg_attribute_printf(3, 4);
-extern void node_fail_hint(RlNode *node, RlRequest *req, const char *hint,
-						   const char *fmt,...) pg_attribute_printf(4, 5);
-extern void node_lost(RlNode *node, RlRequest *req, const char *what);
-extern void node_answering(RlNode *node);
-extern const char *node_reply_refusal(void);
-
-/* node_wait.c */
-extern short node_poll_events(const RlNode *node);
-extern int	wait_in_event_set(long timeout_ms, RlReady *ready);
-extern int	wait_in_poll(long timeout_ms, RlReady *ready);
-extern void wait_pump_resolver(RlRequest *req);
-extern void wait_handle_ready(RlRequest *req, RlReady *ready, int nready);
-extern bool wait_any_buffered_input(void);
-
-/* node_resolve.c */
-extern void resolve_start(RlNode *node);
-extern void resolve_cancel(RlNode *node);
-extern void resolve_shutdown(void);
-extern int	resolve_sockets(int *fds, int *events, int max);
-extern void resolve_process(int fd, bool readable, bool writable);
-extern long resolve_timeout_ms(long max_ms);
-extern void resolve_advance(RlRequest *req);
-
-/* node_server.c */
-extern bool server_queue_info(RlNode *node);
-extern void server_learn(RlNode *node, RlRequest *req, const redisReply *reply);
-extern bool server_same_as_other(const RlNode *node);
-extern bool server_quarantined(RlNode *node, RlRequest *req);
-extern void server_refuse_duplicates(void);
-
-/* node_report.c */
+/* node_report.c: failures put in words, likely causes; the health hook */
 extern void report_clip(char *dst, size_t len, const char *fmt,...) pg_attribute_printf(3, 4);
 extern void report_vclip(char *dst, size_t len, const char *fmt, va_list args) pg_attribute_printf(3, 0);
 extern const char *report_closed_hint(const RlNode *node);
 extern const char *report_text_hint(const char *text);
-extern void report_connect_timeout(RlNode *node, RlRequest *req);
+extern bool report_server_wide(void);
+extern void report_failure(const RlNode *node, RlNodeOutcome kind,
+						   int64_t began_us);
+extern void report_round(const RlRequest *req);
 
-/* node_tls.c */
+/* node_tls.c: TLS on a connection */
 extern bool tls_begin(RlNode *node, char *err, size_t errlen);
 extern void tls_end(RlNode *node);
 extern int	tls_handshake(RlNode *node, char *err, size_t errlen);
@@ -212,7 +181,7 @@ extern bool tls_pending(const RlNode *node);
 extern bool tls_heard_server(const RlNode *node);
 extern bool tls_peer_speaks_plaintext(const RlNode *node, char *text, size_t len);
 
-/* node_sock.c */
+/* node_sock.c: the socket and its buffers */
 extern bool sock_open(RlNode *node, const struct sockaddr *sa, socklen_t salen,
 					  char *err, size_t errlen);
 extern void sock_close(RlNode *node);
@@ -223,14 +192,61 @@ extern int	sock_read(RlNode *node, char *err, size_t errlen);
 extern size_t sock_unparsed(const RlNode *node);
 extern bool sock_has_buffered_input(const RlNode *node);
 
-/* node_pipeline.c */
-extern bool pipeline_queue(RlNode *node, const RlRequest *req, uint64_t tag);
-extern bool pipeline_owe(RlNode *node, uint64_t tag);
-extern void pipeline_keep(RlNode *node, const RlRequest *req);
-extern void pipeline_requeue_owed(RlNode *node);
-extern void pipeline_send_kept(RlNode *node);
-extern void pipeline_forget_kept(RlNode *node);
-extern void pipeline_read(RlNode *node, RlRequest *req);
-extern void pipeline_write(RlNode *node, RlRequest *req);
+/* node_resolve.c: the nodes' addresses */
+extern void resolve_start(RlNode *node);
+extern void resolve_cancel(RlNode *node);
+extern void resolve_shutdown(void);
+extern int	resolve_sockets(int *fds, int *events, int max);
+extern void resolve_process(int fd, bool readable, bool writable);
+extern long resolve_timeout_ms(long max_ms);
+
+/* node_queue.c: commands queued, replies owed, must-deliver commands kept */
+extern bool queue_request(RlNode *node, const RlRequest *req, uint64_t tag);
+extern bool queue_owe(RlNode *node, uint64_t tag);
+extern void queue_keep(RlNode *node, const RlRequest *req);
+extern void queue_requeue_owed(RlNode *node);
+extern void queue_send_kept(RlNode *node);
+extern void queue_forget_kept(RlNode *node);
+
+/* node_fail.c: a node's failure and recovery */
+extern void node_disconnect(RlNode *node);
+extern void node_fail(RlNode *node, RlRequest *req, RlNodeOutcome kind,
+					  const char *fmt,...) pg_attribute_printf(4, 5);
+extern void node_fail_hint(RlNode *node, RlRequest *req, RlNodeOutcome kind,
+						   const char *hint, const char *fmt,...) pg_attribute_printf(5, 6);
+extern void node_answering(RlNode *node);
+extern void node_connect_timed_out(RlNode *node, RlRequest *req);
+
+/* node_server.c: which server answers (INFO server), quarantine, duplicates */
+extern bool server_queue_info(RlNode *node);
+extern void server_learn(RlNode *node, RlRequest *req, const redisReply *reply);
+extern bool server_same_as_other(const RlNode *node);
+extern bool server_quarantined(RlNode *node, RlRequest *req);
+extern void server_refuse_duplicates(void);
+
+/* node_pipeline.c: replies read and handed on, queued commands written */
+extern redisReader *pipeline_new_reader(void);
+extern bool pipeline_read(RlNode *node, RlRequest *req, char *lost, size_t lostlen);
+extern bool pipeline_write(RlNode *node, char *lost, size_t lostlen);
+
+/* node_conn.c: the node list in force, connecting, a connection's events */
+extern void node_connect(RlNode *node, RlRequest *req);
+extern int	node_wanted_events(const RlNode *node);
+extern void node_event(RlNode *node, RlRequest *req, bool readable, bool writable);
+extern void node_resolved(RlNode *node, RlRequest *req);
+extern void node_lost(RlNode *node, RlRequest *req, const char *what);
+extern void node_read(RlNode *node, RlRequest *req);
+extern void node_write(RlNode *node, RlRequest *req);
+extern void node_lookups_ended(RlRequest *req);
+
+/* node_wait.c: waiting for the sockets */
+extern short node_poll_events(const RlNode *node);
+extern int	wait_in_event_set(long timeout_ms, RlReady *ready);
+extern int	wait_in_poll(long timeout_ms, RlReady *ready);
+extern void wait_pump_resolver(RlRequest *req);
+extern void wait_handle_ready(RlRequest *req, RlReady *ready, int nready);
+extern bool wait_any_buffered_input(void);
+
+/* node_round.c: one request to every node (its functions are in nodes.h) */
 
 #endif							/* REDLOCK_NODE_INTERNAL_H */

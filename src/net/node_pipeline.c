@@ -1,22 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * node_pipeline.c
- *	  What travels on one node's connection: commands queued and written,
- *	  replies read and matched to the round that asked, and must-deliver
- *	  commands kept until their node has answered them.
+ *	  What travels on one node's connection: queued commands written,
+ *	  replies read (with limits on their size and shape) and handed to the
+ *	  round that asked, to the server identity (INFO) or to the pub/sub
+ *	  handler.
  *
- * Replies are matched to requests by position: every command appended to a
- * connection pushes a tag naming the round it belongs to, and each reply
- * pops one.  A reply that arrives after its round ended is therefore
- * recognised and dropped, never mistaken for the answer to a later command.
- *
- * A must-deliver command (a release: see protocol.c) keeps its bytes with
- * its reply slot until the node answers it.  If the connection dies first,
- * or the node cannot be reached at all, the command is kept and sent ahead
- * of everything else on the next connection, so a node that was briefly
- * away does not hold a lock until its TTL.  The oldest is dropped when too
- * many pile up.  Kept commands live in malloc'd memory, like the output
- * buffer: nothing here allocates with palloc on the no-throw paths.
+ * Replies are matched to the requests that asked by the tags the
+ * connection owes (node_queue.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -26,9 +17,81 @@
 
 #include "net/node_internal.h"
 
-uint64_t	rl_round_id = 0;
-uint64_t	rl_dispatch_tag = 0;
 static RlPushHandler rl_push_handler = NULL;
+
+/*
+ * None of our commands is answered with a large or nested array.  A broken
+ * or hostile peer may still announce one of two billion elements, which
+ * hiredis would allocate and, when the reply is freed, walk element by
+ * element; or nest arrays hundreds of thousands deep, which some hiredis
+ * versions follow recursively until the stack overflows.  Both are refused
+ * by our own reader hook, whatever the hiredis version: the reader then
+ * fails and so does the node, with a protocol error.
+ */
+#define RL_MAX_REPLY_ELEMENTS	65536
+#define RL_MAX_REPLY_DEPTH		2	/* an array, and arrays inside it */
+
+#if HIREDIS_MAJOR >= 1
+typedef size_t rl_elements_t;
+#else
+typedef int rl_elements_t;
+#endif
+static redisReplyObjectFunctions rl_reply_functions;
+static void *(*rl_default_create_array) (const redisReadTask *, rl_elements_t) = NULL;
+static const char *rl_reply_refused = NULL;
+
+static void *
+rl_create_array(const redisReadTask *task, rl_elements_t elements)
+{
+	int			depth = 0;
+
+	for (const redisReadTask *t = task->parent; t != NULL; t = t->parent)
+		depth++;
+	if (depth >= RL_MAX_REPLY_DEPTH)
+	{
+		rl_reply_refused = "array reply nested too deeply";
+		return NULL;
+	}
+	if ((long long) elements < 0 || (long long) elements > RL_MAX_REPLY_ELEMENTS)
+	{
+		rl_reply_refused = "array reply too large";
+		return NULL;
+	}
+	return rl_default_create_array(task, elements);
+}
+
+/*
+ * Why the reader last refused a reply (NULL: it did not), and forget it.
+ */
+static const char *
+reply_refusal(void)
+{
+	const char *why = rl_reply_refused;
+
+	rl_reply_refused = NULL;
+	return why;
+}
+
+/*
+ * A reader for a new connection's replies, with the limits above; NULL when
+ * out of memory.
+ */
+redisReader *
+pipeline_new_reader(void)
+{
+	redisReader *reader = redisReaderCreate();
+
+	if (reader == NULL)
+		return NULL;
+	if (rl_default_create_array == NULL)
+	{
+		rl_reply_functions = *reader->fn;
+		rl_default_create_array = rl_reply_functions.createArray;
+		rl_reply_functions.createArray = rl_create_array;
+	}
+	reader->fn = &rl_reply_functions;
+	return reader;
+}
 
 void
 rl_nodes_set_push_handler(RlPushHandler handler)
@@ -70,148 +133,6 @@ take_push(RlNode *node, redisReply *reply)
 	return kind->len == 11 && memcmp(kind->str, "unsubscribe", 11) == 0;
 }
 
-bool
-pipeline_owe(RlNode *node, uint64_t tag)
-{
-	int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
-
-	if (node->owed_count >= RL_MAX_OWED)
-		return false;
-	if (node->owed_count == 0)
-		node->last_progress_us = rl_now_us();
-	node->owed[slot] = tag;
-	node->owed_cmd[slot] = NULL;
-	node->owed_cmd_len[slot] = 0;
-	node->owed_count++;
-	return true;
-}
-
-/* Keep a formatted command (taking ownership) for the next connection. */
-static void
-keep_formatted(RlNode *node, char *cmd, int len)
-{
-	for (int i = 0; i < node->nkept; i++)
-	{
-		if (node->kept_len[i] == len &&
-			memcmp(node->kept_cmd[i], cmd, len) == 0)
-		{
-			redisFreeCommand(cmd);	/* already kept */
-			return;
-		}
-	}
-	if (node->nkept == RL_MAX_KEPT)
-	{
-		redisFreeCommand(node->kept_cmd[0]);
-		memmove(&node->kept_cmd[0], &node->kept_cmd[1],
-				sizeof(char *) * (RL_MAX_KEPT - 1));
-		memmove(&node->kept_len[0], &node->kept_len[1],
-				sizeof(int) * (RL_MAX_KEPT - 1));
-		node->nkept--;
-	}
-	node->kept_cmd[node->nkept] = cmd;
-	node->kept_len[node->nkept] = len;
-	node->nkept++;
-}
-
-/* The node cannot take this must-deliver request now: keep it. */
-void
-pipeline_keep(RlNode *node, const RlRequest *req)
-{
-	char	   *cmd;
-	int			len;
-
-	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
-	if (len > 0)
-		keep_formatted(node, cmd, len);
-}
-
-/* The connection is gone: keep the must-deliver commands it owed replies to. */
-void
-pipeline_requeue_owed(RlNode *node)
-{
-	for (int i = 0; i < node->owed_count; i++)
-	{
-		int			slot = (node->owed_head + i) % RL_MAX_OWED;
-
-		if (node->owed_cmd[slot] != NULL)
-			keep_formatted(node, node->owed_cmd[slot], node->owed_cmd_len[slot]);
-		node->owed_cmd[slot] = NULL;
-	}
-	node->owed_head = 0;
-	node->owed_count = 0;
-}
-
-/* Queue the kept commands on a new connection, ahead of anything else. */
-void
-pipeline_send_kept(RlNode *node)
-{
-	int			n = node->nkept;
-
-	node->nkept = 0;
-	for (int i = 0; i < n; i++)
-	{
-		char	   *cmd = node->kept_cmd[i];
-		int			len = node->kept_len[i];
-		int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
-
-		if (node->state != RL_CONN_NONE &&
-			node->owed_count < RL_MAX_OWED &&
-			sock_append(node, cmd, len))
-		{
-			(void) pipeline_owe(node, RL_TAG_DISCARD);
-			/* still must be delivered: kept with its slot until answered */
-			node->owed_cmd[slot] = cmd;
-			node->owed_cmd_len[slot] = len;
-		}
-		else
-			keep_formatted(node, cmd, len);
-	}
-}
-
-/* Forget the kept commands (the node list changed). */
-void
-pipeline_forget_kept(RlNode *node)
-{
-	for (int i = 0; i < node->nkept; i++)
-		redisFreeCommand(node->kept_cmd[i]);
-	node->nkept = 0;
-}
-
-/* Append the request to the node's connection, owing a reply tagged tag. */
-bool
-pipeline_queue(RlNode *node, const RlRequest *req, uint64_t tag)
-{
-	char	   *cmd;
-	int			len;
-	int			slot;
-
-	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
-	if (len <= 0)
-		return false;
-	if (req->no_reply)
-	{
-		bool		ok = sock_append(node, cmd, len);
-
-		redisFreeCommand(cmd);
-		return ok;
-	}
-	slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
-	if (node->owed_count >= RL_MAX_OWED || !sock_append(node, cmd, len))
-	{
-		redisFreeCommand(cmd);
-		return false;
-	}
-	(void) pipeline_owe(node, tag);
-	if (req->must_deliver)
-	{
-		node->owed_cmd[slot] = cmd;
-		node->owed_cmd_len[slot] = len;
-	}
-	else
-		redisFreeCommand(cmd);
-	return true;
-}
-
 /*
  * A reply to a multi-item command: exactly one integer 0 or 1 per item.
  * Anything else, even one odd element, makes the whole answer unusable.
@@ -226,6 +147,7 @@ take_flags(const RlRequest *req, RlNodeResult *res, const redisReply *reply)
 	{
 		res->vote = RL_VOTE_FAILED;
 		res->protocol_error = true;
+		res->outcome = RL_OUTCOME_OTHER;
 		snprintf(res->detail, sizeof(res->detail),
 				 "unexpected reply (type %d, %zu elements for %d keys)",
 				 reply->type, reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0,
@@ -241,6 +163,7 @@ take_flags(const RlRequest *req, RlNodeResult *res, const redisReply *reply)
 		{
 			res->vote = RL_VOTE_FAILED;
 			res->protocol_error = true;
+			res->outcome = RL_OUTCOME_OTHER;
 			snprintf(res->detail, sizeof(res->detail),
 					 "unexpected element %d (type %d) in the reply", i + 1, el->type);
 			return;
@@ -267,6 +190,7 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 	if (reply->type == REDIS_REPLY_ERROR)
 	{
 		res->vote = RL_VOTE_FAILED;
+		res->outcome = RL_OUTCOME_REDIS_ERROR;
 		res->protocol_error = true;
 		report_clip(res->detail, sizeof(res->detail), "Redis error: %.*s",
 					(int) Min(reply->len, RL_DETAIL_LEN), reply->str);
@@ -291,6 +215,7 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 			{
 				res->vote = RL_VOTE_FAILED;
 				res->protocol_error = true;
+				res->outcome = RL_OUTCOME_OTHER;
 				snprintf(res->detail, sizeof(res->detail),
 						 "unexpected reply (type %d) to the acquire script",
 						 reply->type);
@@ -312,6 +237,7 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 			{
 				res->vote = RL_VOTE_FAILED;
 				res->protocol_error = true;
+				res->outcome = RL_OUTCOME_OTHER;
 				snprintf(res->detail, sizeof(res->detail),
 						 "unexpected reply (type %d)", reply->type);
 			}
@@ -358,9 +284,13 @@ mark_protocol_error(RlRequest *req, int idx)
 		req->results[idx].protocol_error = true;
 }
 
-/* Read what the node sent and hand each reply to its owner. */
-void
-pipeline_read(RlNode *node, RlRequest *req)
+/*
+ * Read what the node sent and hand each reply to its owner.  Returns false
+ * when the connection broke, with what happened in lost (the caller decides
+ * whether to reconnect: node_lost); other failures fail the node here.
+ */
+bool
+pipeline_read(RlNode *node, RlRequest *req, char *lost, size_t lostlen)
 {
 	int			idx = node - rl_nodes;
 	char		err[160];
@@ -370,19 +300,14 @@ pipeline_read(RlNode *node, RlRequest *req)
 		case 0:
 			break;
 		case -2:
-			node_fail_hint(node, req,
+			node_fail_hint(node, req, RL_OUTCOME_OTHER,
 						   "A node sent a reply larger than redlock accepts (" RL_MAX_REPLY_TEXT "): check that every entry of redlock.nodes is a Redis server that redlock alone uses this way.",
 						   "protocol error: %s", err);
 			mark_protocol_error(req, idx);
-			return;
+			return true;
 		default:
-			{
-				char		what[200];
-
-				snprintf(what, sizeof(what), "connection lost: %s", err);
-				node_lost(node, req, what);
-				return;
-			}
+			snprintf(lost, lostlen, "connection lost: %s", err);
+			return false;
 	}
 
 	for (;;)
@@ -394,18 +319,18 @@ pipeline_read(RlNode *node, RlRequest *req)
 
 		if (redisReaderGetReply(node->reader, &r) != REDIS_OK)
 		{
-			const char *refused = node_reply_refusal();
+			const char *refused = reply_refusal();
 
-			node_fail(node, req, "protocol error: %s",
+			node_fail(node, req, RL_OUTCOME_OTHER, "protocol error: %s",
 					  refused ? refused : node->reader->errstr);
 			mark_protocol_error(req, idx);
-			return;
+			return true;
 		}
 		if (r == NULL)
 		{
 			/* what the reader took in of a reply still incomplete */
 			node->reply_bytes += unparsed - sock_unparsed(node);
-			return;
+			return true;
 		}
 		node->reply_bytes = 0;
 		reply = (redisReply *) r;
@@ -431,9 +356,10 @@ pipeline_read(RlNode *node, RlRequest *req)
 		if (node->owed_count == 0)
 		{
 			freeReplyObject(reply);
-			node_fail(node, req, "protocol error: unsolicited reply");
+			node_fail(node, req, RL_OUTCOME_OTHER,
+					  "protocol error: unsolicited reply");
 			mark_protocol_error(req, idx);
-			return;
+			return true;
 		}
 		tag = node->owed[node->owed_head];
 		if (node->owed_cmd[node->owed_head] != NULL)
@@ -454,9 +380,10 @@ pipeline_read(RlNode *node, RlRequest *req)
 				report_clip(msg, sizeof(msg) - 32, "%.*s",
 							(int) Min(reply->len, RL_DETAIL_LEN), reply->str);
 				freeReplyObject(reply);
-				node_fail(node, req, "authentication failed: %s", msg);
+				node_fail(node, req, RL_OUTCOME_REDIS_ERROR,
+						  "authentication failed: %s", msg);
 				mark_protocol_error(req, idx);
-				return;
+				return true;
 			}
 		}
 		else if (tag == RL_TAG_INFO)
@@ -464,7 +391,7 @@ pipeline_read(RlNode *node, RlRequest *req)
 			server_learn(node, req, reply);
 			freeReplyObject(reply);
 			if (node->state != RL_CONN_READY)
-				return;			/* it failed the node */
+				return true;			/* it failed the node */
 			node_answering(node);
 			continue;
 		}
@@ -477,17 +404,19 @@ pipeline_read(RlNode *node, RlRequest *req)
 	}
 }
 
-/* Write what is queued for the node, as far as the socket takes it. */
-void
-pipeline_write(RlNode *node, RlRequest *req)
+/*
+ * Write what is queued for the node, as far as the socket takes it.
+ * Returns false when the connection broke, with what happened in lost.
+ */
+bool
+pipeline_write(RlNode *node, char *lost, size_t lostlen)
 {
 	char		err[160];
 
 	if (sock_write(node, err, sizeof(err)) < 0)
 	{
-		char		what[180];
-
-		snprintf(what, sizeof(what), "could not send: %s", err);
-		node_lost(node, req, what);
+		snprintf(lost, lostlen, "could not send: %s", err);
+		return false;
 	}
+	return true;
 }

@@ -2,15 +2,17 @@
  *
  * node_report.c
  *	  How what happened on the nodes is told: per-node texts cut at a word
- *	  boundary, and the hint that says what is likely wrong, from the
- *	  failure seen (a Redis error code, a TLS mismatch, a hostile reply).
+ *	  boundary, the hint that says what is likely wrong, from the failure
+ *	  seen (a Redis error code, a TLS mismatch, a hostile reply), and how
+ *	  each request ended, to the health hook of a higher layer.
  *
  * A failing minority is only useful to an operator if each node's line
  * says what happened in full words, and the hint names the setting or the
  * node setting to look at.  The texts go into errdetail and errhint (see
  * rl_describe_nodes() and report_unavailable() in lease_sql.c).
  *
- * Nothing here raises an ERROR or allocates: it runs on the no-throw paths.
+ * Nothing here raises an ERROR or allocates: it runs on the no-throw paths
+ * (and so must the health hook).
  *
  *-------------------------------------------------------------------------
  */
@@ -155,44 +157,100 @@ rl_nodes_error_hint(const RlRequest *req, const char *fallback)
 }
 
 /*
- * What a node whose connect ran out of time was doing, for the message
- * (NULL: it is not connecting).
+ * The health hook: who keeps the nodes' health for the whole server, if
+ * anyone (see rl_nodes_set_health_hook() in nodes.h).
  */
-static const char *
-phase_timeout(RlNode *node, char *buf, size_t len)
-{
-	int			ms = (int) ((rl_now_us() - node->connect_started_us) / 1000);
+static RlHealthHook health_hook = NULL;
 
-	switch (node->state)
-	{
-		case RL_CONN_RESOLVING:
-			snprintf(buf, len, "could not resolve host name \"%s\": no answer after %d ms",
-					 node->addr.host, ms);
-			return buf;
-		case RL_CONN_CONNECTING:
-			snprintf(buf, len, "connect timed out after %d ms", rl_connect_timeout_ms);
-			return buf;
-		case RL_CONN_HANDSHAKE:
-			if (tls_heard_server(node))
-				snprintf(buf, len, "TLS handshake timed out after %d ms", ms);
-			else
-				snprintf(buf, len, "TLS handshake timed out after %d ms: the node never answered the TLS hello (a Redis without TLS on this port waits in silence for the rest of a command)",
-						 ms);
-			return buf;
-		default:
-			return NULL;
-	}
+void
+rl_nodes_set_health_hook(RlHealthHook hook)
+{
+	health_hook = hook;
 }
 
-/* The node's connect ran out of time: fail it, saying in which phase. */
-void
-report_connect_timeout(RlNode *node, RlRequest *req)
+/* Is the health of the nodes kept, and logged, for the whole server? */
+bool
+report_server_wide(void)
 {
-	char		why[RL_DETAIL_LEN];
-	const char *hint = NULL;
+	return health_hook != NULL;
+}
 
-	if (node->state == RL_CONN_HANDSHAKE && !tls_heard_server(node))
-		hint = report_closed_hint(node);
-	node_fail_hint(node, req, hint, "%s",
-				   phase_timeout(node, why, sizeof(why)));
+/* The node failed outside a request (req NULL, or its answer in already). */
+void
+report_failure(const RlNode *node, RlNodeOutcome kind, int64_t began_us)
+{
+	RlNodeEvent ev;
+
+	if (health_hook == NULL)
+		return;
+	memset(&ev, 0, sizeof(ev));
+	ev.node = node->name;
+	ev.outcome = kind;
+	ev.began_us = began_us;
+	ev.error = node->last_error;
+	ev.hint = node->last_hint;
+	health_hook(&ev);
+}
+
+/*
+ * Which command a request sends, as a number: FNV-1a over its first two
+ * words (for EVAL, the script itself), never 0.  A failure of one command
+ * (a script that writes, refused with OOM) is not undone by the success of
+ * another (a release, which deletes).
+ */
+static uint32_t
+command_of(const RlRequest *req)
+{
+	uint32_t	hash = 2166136261u;
+
+	for (int a = 0; a < Min(req->argc, 2); a++)
+	{
+		for (size_t i = 0; i < req->argvlen[a]; i++)
+		{
+			hash ^= (unsigned char) req->argv[a][i];
+			hash *= 16777619u;
+		}
+		hash ^= ' ';
+		hash *= 16777619u;
+	}
+	return hash != 0 ? hash : 1;
+}
+
+/*
+ * The end of a round: tell how its request ended on each node it asked.
+ * A node that answered (yes or no) succeeded; one that failed says how; one
+ * whose answer was not awaited (the round was decided without it, or the
+ * request needs none) was asked, no more.  Nodes not asked (skipped, in
+ * backoff, quarantined, another entry's server) are not told of.
+ */
+void
+report_round(const RlRequest *req)
+{
+	RlNodeEvent ev;
+	uint32_t	command;
+
+	if (health_hook == NULL)
+		return;
+	command = command_of(req);
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		const RlNodeResult *res = &req->results[i];
+
+		if (req->skip[i] || res->asked_us == 0)
+			continue;
+		memset(&ev, 0, sizeof(ev));
+		ev.node = rl_nodes[i].name;
+		ev.request = true;
+		ev.began_us = res->asked_us;
+		ev.command = command;
+		if (res->vote == RL_VOTE_YES || res->vote == RL_VOTE_NO)
+			ev.outcome = RL_OUTCOME_SUCCESS;
+		else if (res->vote == RL_VOTE_FAILED)
+		{
+			ev.outcome = res->outcome;
+			ev.error = res->detail;
+			ev.hint = res->hint != NULL ? res->hint : report_text_hint(res->detail);
+		}
+		health_hook(&ev);
+	}
 }

@@ -368,15 +368,3 @@ resolve_timeout_ms(long max_ms)
 	return Min(ms, max_ms);
 }
 
-/* Move on the nodes whose lookup ended. */
-void
-resolve_advance(RlRequest *req)
-{
-	for (int i = 0; i < rl_nnodes; i++)
-	{
-		RlNode	   *node = &rl_nodes[i];
-
-		if (node->state == RL_CONN_RESOLVING && node->resolve_done)
-			node_resolved(node, req);
-	}
-}

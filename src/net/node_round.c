@@ -51,13 +51,14 @@ drop_if_overdue(RlNode *node, int64_t now)
 	if (node->state == RL_CONN_READY && node->owed_count > 0 &&
 		now - node->last_progress_us > silence_limit_us())
 	{
-		node_fail(node, NULL, "stopped answering (no reply for %d ms)",
+		node_fail(node, NULL, RL_OUTCOME_TIMEOUT,
+				  "stopped answering (no reply for %d ms)",
 				  (int) ((now - node->last_progress_us) / 1000));
 		return true;
 	}
 	if (node_connecting(node) && now > node->connect_deadline_us)
 	{
-		report_connect_timeout(node, NULL);
+		node_connect_timed_out(node, NULL);
 		return true;
 	}
 	return false;
@@ -79,7 +80,7 @@ nodes_housekeeping(void)
 		RlNode	   *node = &rl_nodes[i];
 
 		if (node->state == RL_CONN_READY && node->owed_count > 0)
-			pipeline_read(node, NULL);
+			node_read(node, NULL);
 		(void) drop_if_overdue(node, now);
 	}
 }
@@ -112,38 +113,41 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 	if (server_quarantined(node, req))
 		return;
 
+	if (node->state == RL_CONN_NONE && now < node->retry_at_us && honour_backoff)
+	{
+		char		why[RL_DETAIL_LEN - 80];	/* room for the rest */
+
+		res->vote = RL_VOTE_FAILED;
+		res->in_backoff = true;
+		res->hint = node->last_hint;
+		report_clip(why, sizeof(why), "%s", node->last_error);
+		snprintf(res->detail, sizeof(res->detail),
+				 "not asked: it failed %d ms ago (%s), next attempt in %d ms",
+				 (int) ((now - node->failed_at_us) / 1000), why,
+				 (int) ((node->retry_at_us - now + 999) / 1000));
+		if (req->must_deliver)
+			queue_keep(node, req);
+		return;
+	}
+
+	res->asked_us = now;		/* asked from here on (report_round) */
 	if (node->state == RL_CONN_NONE)
 	{
-		if (now < node->retry_at_us && honour_backoff)
-		{
-			char		why[RL_DETAIL_LEN - 80];	/* room for the rest */
-
-			res->vote = RL_VOTE_FAILED;
-			res->in_backoff = true;
-			res->hint = node->last_hint;
-			report_clip(why, sizeof(why), "%s", node->last_error);
-			snprintf(res->detail, sizeof(res->detail),
-					 "not asked: it failed %d ms ago (%s), next attempt in %d ms",
-					 (int) ((now - node->failed_at_us) / 1000), why,
-					 (int) ((node->retry_at_us - now + 999) / 1000));
-			if (req->must_deliver)
-				pipeline_keep(node, req);
-			return;
-		}
 		node_connect(node, req);
 		if (node->state == RL_CONN_NONE)
 			return;				/* node_fail kept a must-deliver request */
 	}
 
-	if (!pipeline_queue(node, req, tag))
+	if (!queue_request(node, req, tag))
 	{
-		node_fail(node, req, "too many requests queued on a stalled connection");
+		node_fail(node, req, RL_OUTCOME_TIMEOUT,
+				  "too many requests queued on a stalled connection");
 		return;
 	}
 	node->asked_at_us = now;
 	node->want_write = true;
 	if (node->state == RL_CONN_READY)
-		pipeline_write(node, req);
+		node_write(node, req);
 }
 
 /* Queue the request on every participating node. */
@@ -219,7 +223,6 @@ round_finished(RlRequest *req)
 	return true;
 }
 
-
 /* When node i's pending answer in this round is due. */
 static int64_t
 node_deadline(RlNode *node)
@@ -240,10 +243,11 @@ node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 
 	if (node_connecting(node) && !round_deadline)
 	{
-		report_connect_timeout(node, req);
+		node_connect_timed_out(node, req);
 		return;
 	}
 	res->vote = RL_VOTE_FAILED;
+	res->outcome = RL_OUTCOME_LATE;
 	if (round_deadline)
 		snprintf(res->detail, sizeof(res->detail),
 				 "no answer within the %d ms this release could wait",
@@ -257,7 +261,6 @@ node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
 		snprintf(res->detail, sizeof(res->detail), "timed out after %d ms",
 				 rl_node_timeout_ms);
 }
-
 
 static void
 round_wait(RlRequest *req)
@@ -356,7 +359,7 @@ nodes_flush(void)
 						   (pfd.revents & (POLLOUT | POLLERR | POLLHUP)) != 0);
 		}
 		else if (node->state == RL_CONN_READY && node->want_write)
-			pipeline_write(node, NULL);
+			node_write(node, NULL);
 	}
 }
 
@@ -386,6 +389,7 @@ rl_nodes_run(RlRequest *req)
 		nodes_dispatch_backed_off(req, rl_round_id))
 		round_wait(req);
 	nodes_flush();
+	report_round(req);
 
 	/*
 	 * A wake-up that came during the round (a lease released while we were
@@ -483,8 +487,8 @@ rl_nodes_ping_idle(int interval_ms)
 		{
 			/* a subscribed connection answers ["pong", ""]: any reply does */
 			if (sock_append(node, ping, sizeof(ping) - 1) &&
-				pipeline_owe(node, RL_TAG_DISCARD))
-				pipeline_write(node, NULL);
+				queue_owe(node, RL_TAG_DISCARD))
+				node_write(node, NULL);
 		}
 	}
 }
@@ -501,4 +505,5 @@ rl_nodes_send(RlRequest *req)
 	rl_dispatch_tag = RL_TAG_DISCARD;
 	nodes_dispatch(req, RL_TAG_DISCARD);
 	nodes_flush();
+	report_round(req);
 }

@@ -135,7 +135,7 @@ server_queue_info(RlNode *node)
 	static const char cmd[] = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
 
 	return sock_append(node, cmd, sizeof(cmd) - 1) &&
-		pipeline_owe(node, RL_TAG_INFO);
+		queue_owe(node, RL_TAG_INFO);
 }
 
 /*
@@ -213,7 +213,8 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 		return;					/* INFO refused (ACL): not checked */
 	if (reply->type != REDIS_REPLY_STRING)
 	{
-		node_fail(node, req, "protocol error: unexpected reply (type %d) to INFO",
+		node_fail(node, req, RL_OUTCOME_OTHER,
+				  "protocol error: unexpected reply (type %d) to INFO",
 				  reply->type);
 		if (req != NULL && !req->skip[idx])
 			req->results[idx].protocol_error = true;

@@ -30,8 +30,6 @@
 #include "base/wait_events.h"
 
 static WaitEventSet *rl_wes = NULL;
-bool		rl_wes_stale = true;
-bool		rl_latch_fired = false; /* the latch was set during a round */
 
 /* the resolver's sockets in the wait event set, and their events */
 static int	rl_wes_resolver_fds[RL_MAX_RESOLVER_SOCKS];
@@ -68,7 +66,7 @@ wait_pump_resolver(RlRequest *req)
 								(pfds[i].revents & (POLLOUT | POLLERR | POLLHUP)) != 0);
 	}
 	resolve_process(-1, false, false);
-	resolve_advance(req);
+	node_lookups_ended(req);
 }
 
 /* Make the wait event set match the open sockets. */
@@ -262,7 +260,7 @@ wait_handle_ready(RlRequest *req, RlReady *ready, int nready)
 		if (ready[e].node == NULL)
 			resolve_process(ready[e].fd, ready[e].readable, ready[e].writable);
 	resolve_process(-1, false, false);	/* the resolver's timeouts */
-	resolve_advance(req);
+	node_lookups_ended(req);
 
 	for (int e = 0; e < nready; e++)
 	{

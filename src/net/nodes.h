@@ -44,9 +44,36 @@ typedef enum RlRoundGoal
  */
 #define RL_DETAIL_LEN	384
 
+/*
+ * How a request to a node ended, or a failure of the node outside any
+ * request: told to the higher layer that keeps the nodes' health (see
+ * rl_nodes_set_health_hook below).  The failures are kept by kind.
+ */
+typedef enum RlNodeOutcome
+{
+	RL_OUTCOME_NONE,			/* no answer awaited, or none that tells */
+	RL_OUTCOME_SUCCESS,			/* answered, yes or no */
+	RL_OUTCOME_LATE,			/* no answer within node_timeout (or the
+								 * round's deadline), the connection kept:
+								 * the answer may still come */
+	RL_OUTCOME_REFUSED,			/* connection refused, closed or lost */
+	RL_OUTCOME_TIMEOUT,			/* no connection in time, or a connection
+								 * given up after a long silence */
+	RL_OUTCOME_REDIS_ERROR,		/* an error reply (OOM, NOAUTH, ...) */
+	RL_OUTCOME_TLS,				/* the TLS handshake failed */
+	RL_OUTCOME_RESOLVE,			/* the host name did not resolve */
+	RL_OUTCOME_OTHER			/* a wrong answer (protocol error), or a
+								 * local failure */
+} RlNodeOutcome;
+
+#define RL_OUTCOME_FIRST_ERROR	RL_OUTCOME_REFUSED
+#define RL_OUTCOME_ERROR_KINDS	(RL_OUTCOME_OTHER - RL_OUTCOME_REFUSED + 1)
+
 typedef struct RlNodeResult
 {
 	RlVote		vote;
+	int64_t		asked_us;		/* when the node was asked, 0 if not */
+	RlNodeOutcome outcome;		/* what failed it, when vote is FAILED */
 	bool		protocol_error; /* the node answered with something wrong */
 	bool		in_backoff;		/* not asked: the node failed recently */
 	int64_t		counter;		/* RL_REPLY_COUNTER: counter before grant */
@@ -151,6 +178,33 @@ extern void rl_nodes_set_sighting_hook(RlSightingHook hook);
 extern bool rl_sightings_record(RlSighting *table, const char *node,
 								const char *run_id, int64_t start_us,
 								RlRestartMemo *memo);
+
+/*
+ * The health of the nodes across the server: a higher layer that keeps it
+ * (shared/health_memory.c, with shared_preload_libraries) registers a
+ * hook, and is told the outcome of every request to a node, at the end of
+ * its round, and every failure of a node outside a request (a pub/sub
+ * connection lost, a connect that failed after its round).  The hook
+ * raises nothing: it runs on commit, abort and exit paths too.  While a
+ * hook is registered, the node layer leaves the log to it: the per-backend
+ * lines "stopped answering" and "answering again" are for a backend alone.
+ */
+typedef struct RlNodeEvent
+{
+	const char *node;			/* its entry of redlock.nodes, host:port */
+	RlNodeOutcome outcome;
+	bool		request;		/* the end of one request to the node */
+	int64_t		began_us;		/* rl_now_us() when the request, or the
+								 * connection that failed, began */
+	uint32_t	command;		/* names the request's command (a hash of
+								 * its first two words, the script for
+								 * EVAL); 0 outside a request */
+	const char *error;			/* a failure: what happened */
+	const char *hint;			/* what is likely wrong, or NULL */
+} RlNodeEvent;
+
+typedef void (*RlHealthHook) (const RlNodeEvent *event);
+extern void rl_nodes_set_health_hook(RlHealthHook hook);
 
 /*
  * Pub/sub: what a node pushes goes to the push handler, with the node's

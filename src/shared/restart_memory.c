@@ -53,6 +53,29 @@ shared_sighting(const char *node, const char *run_id, int64_t start_us,
 	return restarted;
 }
 
+/*
+ * What this server recorded for the node under its name, into *memo;
+ * false when it has no record (or keeps none: not preloaded).
+ */
+bool
+rl_restart_memory_get(const char *node, RlRestartMemo *memo)
+{
+	bool		found = false;
+
+	if (restart_memory == NULL)
+		return false;
+	LWLockAcquire(restart_memory->lock, LW_SHARED);
+	for (int i = 0; i < RL_SIGHTINGS && !found; i++)
+	{
+		if (strcmp(restart_memory->sightings[i].node, node) != 0)
+			continue;
+		*memo = restart_memory->sightings[i].memo;
+		found = true;
+	}
+	LWLockRelease(restart_memory->lock);
+	return found;
+}
+
 static void
 restart_shmem_request(void)
 {

@@ -147,8 +147,9 @@ rl_stats_init(void)
 	shmem_startup_hook = rl_stats_shmem_startup;
 }
 
-static void
-stats_required(void)
+/* Raise the error that says statistics need shared_preload_libraries. */
+void
+rl_stats_required(void)
 {
 	if (rl_shared == NULL)
 		ereport(ERROR,
@@ -276,7 +277,7 @@ redlock_stats(PG_FUNCTION_ARGS)
 	HASH_SEQ_STATUS status;
 	RlDbStats  *entry;
 
-	stats_required();
+	rl_stats_required();
 	InitMaterializedSRF(fcinfo, 0);
 
 	LWLockAcquire(rl_shared->lock, LW_SHARED);
@@ -303,7 +304,7 @@ redlock_stats_latency(PG_FUNCTION_ARGS)
 	HASH_SEQ_STATUS status;
 	RlDbStats  *entry;
 
-	stats_required();
+	rl_stats_required();
 	InitMaterializedSRF(fcinfo, 0);
 
 	LWLockAcquire(rl_shared->lock, LW_SHARED);
@@ -336,7 +337,7 @@ redlock_stats_fence(PG_FUNCTION_ARGS)
 	HASH_SEQ_STATUS status;
 	RlFenceStats *entry;
 
-	stats_required();
+	rl_stats_required();
 	InitMaterializedSRF(fcinfo, 0);
 
 	LWLockAcquire(rl_shared->lock, LW_SHARED);
@@ -367,7 +368,7 @@ redlock_stats_reset(PG_FUNCTION_ARGS)
 	 * superuser can grant the reset to a monitoring role, as with
 	 * pg_stat_statements_reset().
 	 */
-	stats_required();
+	rl_stats_required();
 
 	LWLockAcquire(rl_shared->lock, LW_EXCLUSIVE);
 	hash_seq_init(&status, rl_db_stats);
@@ -400,7 +401,7 @@ redlock_stats_info(PG_FUNCTION_ARGS)
 	Datum		values[7];
 	bool		nulls[7] = {0};
 
-	stats_required();
+	rl_stats_required();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 

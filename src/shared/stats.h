@@ -28,6 +28,7 @@ typedef enum RlStatCounter
 #define RL_LATENCY_BUCKETS 12
 
 extern void rl_stats_init(void);
+extern void rl_stats_required(void);
 extern void rl_stats_count(RlStatCounter counter);
 extern void rl_stats_acquire_latency(int64 elapsed_us);
 extern void rl_stats_fence_rejection(Oid relid);

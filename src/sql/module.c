@@ -16,6 +16,7 @@
 #include "lease/lifecycle.h"
 #include "shared/lock_table.h"
 #include "base/redlock.h"
+#include "shared/health_memory.h"
 #include "shared/restart_memory.h"
 #include "shared/stats.h"
 #include "workers/worker.h"
@@ -39,6 +40,7 @@ _PG_init(void)
 	rl_stats_init();
 	rl_lock_table_init();
 	rl_restart_memory_init();
+	rl_health_memory_init();
 	rl_worker_register();
 	rl_lifecycle_init();
 }

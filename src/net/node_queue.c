@@ -1,0 +1,168 @@
+/*-------------------------------------------------------------------------
+ *
+ * node_queue.c
+ *	  What is queued on one node's connection: commands appended, the
+ *	  replies the connection owes, and must-deliver commands kept until
+ *	  their node has answered them.
+ *
+ * Replies are matched to requests by position: every command appended to a
+ * connection pushes a tag naming the round it belongs to, and each reply
+ * pops one (node_pipeline.c).  A reply that arrives after its round ended
+ * is therefore recognised and dropped, never mistaken for the answer to a
+ * later command.
+ *
+ * A must-deliver command (a release: see protocol_release.c) keeps its
+ * bytes with its reply slot until the node answers it.  If the connection
+ * dies first, or the node cannot be reached at all, the command is kept and
+ * sent ahead of everything else on the next connection, so a node that was
+ * briefly away does not hold a lock until its TTL.  The oldest is dropped
+ * when too many pile up.  Kept commands live in malloc'd memory, like the
+ * output buffer: nothing here allocates with palloc on the no-throw paths.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "net/node_internal.h"
+
+bool
+queue_owe(RlNode *node, uint64_t tag)
+{
+	int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+
+	if (node->owed_count >= RL_MAX_OWED)
+		return false;
+	if (node->owed_count == 0)
+		node->last_progress_us = rl_now_us();
+	node->owed[slot] = tag;
+	node->owed_cmd[slot] = NULL;
+	node->owed_cmd_len[slot] = 0;
+	node->owed_count++;
+	return true;
+}
+
+/* Keep a formatted command (taking ownership) for the next connection. */
+static void
+keep_formatted(RlNode *node, char *cmd, int len)
+{
+	for (int i = 0; i < node->nkept; i++)
+	{
+		if (node->kept_len[i] == len &&
+			memcmp(node->kept_cmd[i], cmd, len) == 0)
+		{
+			redisFreeCommand(cmd);	/* already kept */
+			return;
+		}
+	}
+	if (node->nkept == RL_MAX_KEPT)
+	{
+		redisFreeCommand(node->kept_cmd[0]);
+		memmove(&node->kept_cmd[0], &node->kept_cmd[1],
+				sizeof(char *) * (RL_MAX_KEPT - 1));
+		memmove(&node->kept_len[0], &node->kept_len[1],
+				sizeof(int) * (RL_MAX_KEPT - 1));
+		node->nkept--;
+	}
+	node->kept_cmd[node->nkept] = cmd;
+	node->kept_len[node->nkept] = len;
+	node->nkept++;
+}
+
+/* The node cannot take this must-deliver request now: keep it. */
+void
+queue_keep(RlNode *node, const RlRequest *req)
+{
+	char	   *cmd;
+	int			len;
+
+	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
+	if (len > 0)
+		keep_formatted(node, cmd, len);
+}
+
+/* The connection is gone: keep the must-deliver commands it owed replies to. */
+void
+queue_requeue_owed(RlNode *node)
+{
+	for (int i = 0; i < node->owed_count; i++)
+	{
+		int			slot = (node->owed_head + i) % RL_MAX_OWED;
+
+		if (node->owed_cmd[slot] != NULL)
+			keep_formatted(node, node->owed_cmd[slot], node->owed_cmd_len[slot]);
+		node->owed_cmd[slot] = NULL;
+	}
+	node->owed_head = 0;
+	node->owed_count = 0;
+}
+
+/* Queue the kept commands on a new connection, ahead of anything else. */
+void
+queue_send_kept(RlNode *node)
+{
+	int			n = node->nkept;
+
+	node->nkept = 0;
+	for (int i = 0; i < n; i++)
+	{
+		char	   *cmd = node->kept_cmd[i];
+		int			len = node->kept_len[i];
+		int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+
+		if (node->state != RL_CONN_NONE &&
+			node->owed_count < RL_MAX_OWED &&
+			sock_append(node, cmd, len))
+		{
+			(void) queue_owe(node, RL_TAG_DISCARD);
+			/* still must be delivered: kept with its slot until answered */
+			node->owed_cmd[slot] = cmd;
+			node->owed_cmd_len[slot] = len;
+		}
+		else
+			keep_formatted(node, cmd, len);
+	}
+}
+
+/* Forget the kept commands (the node list changed). */
+void
+queue_forget_kept(RlNode *node)
+{
+	for (int i = 0; i < node->nkept; i++)
+		redisFreeCommand(node->kept_cmd[i]);
+	node->nkept = 0;
+}
+
+/* Append the request to the node's connection, owing a reply tagged tag. */
+bool
+queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
+{
+	char	   *cmd;
+	int			len;
+	int			slot;
+
+	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
+	if (len <= 0)
+		return false;
+	if (req->no_reply)
+	{
+		bool		ok = sock_append(node, cmd, len);
+
+		redisFreeCommand(cmd);
+		return ok;
+	}
+	slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+	if (node->owed_count >= RL_MAX_OWED || !sock_append(node, cmd, len))
+	{
+		redisFreeCommand(cmd);
+		return false;
+	}
+	(void) queue_owe(node, tag);
+	if (req->must_deliver)
+	{
+		node->owed_cmd[slot] = cmd;
+		node->owed_cmd_len[slot] = len;
+	}
+	else
+		redisFreeCommand(cmd);
+	return true;
+}
