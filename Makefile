@@ -20,26 +20,34 @@ OBJS = \
 	src/net/node_conn.o \
 	src/net/node_wait.o \
 	src/net/node_round.o \
-	src/protocol/protocol.o \
+	src/protocol/protocol_values.o \
+	src/protocol/protocol_acquire.o \
 	src/protocol/protocol_extend.o \
 	src/protocol/protocol_handoff.o \
 	src/protocol/protocol_release.o \
-	src/shared/handoff.o \
-	src/shared/handoff_remote.o \
+	src/shared/lock_table_index.o \
 	src/shared/lock_table.o \
 	src/shared/lock_table_keep.o \
-	src/shared/lock_table_index.o \
+	src/shared/lock_table_remote.o \
+	src/shared/lock_table_handoff.o \
+	src/shared/lock_table_workers.o \
 	src/shared/restart_memory.o \
 	src/shared/health_memory.o \
 	src/shared/stats.o \
 	src/lease/registry.o \
+	src/lease/lease_report.o \
+	src/lease/lease_handoff.o \
+	src/lease/lease_release.o \
 	src/lease/lifecycle.o \
+	src/lease/session_nodes.o \
 	src/lease/lease_wait.o \
+	src/lease/lease_acquire.o \
 	src/sql/module.o \
 	src/sql/lease_sql.o \
 	src/sql/locks_view.o \
 	src/sql/nodes_view.o \
 	src/sql/health.o \
+	src/sql/holder.o \
 	src/sql/fence.o \
 	src/sql/fence_refuse.o \
 	src/workers/worker.o \

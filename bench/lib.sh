@@ -185,7 +185,7 @@ bench_floor_build() {
 # MONITOR on the node at PORT: the commands its backend sent go to
 # DIR/floor_cmds.txt (the format bench/floor.c reads), the token it was
 # granted to BENCH_FLOOR_TOKEN.  Checks that every script it sent is one of
-# the scripts in src/*.c (DIR/src_scripts.txt: "SHA1 NAME" of each
+# the scripts in src/*/*.c (DIR/src_scripts.txt: "SHA1 NAME" of each
 # "static const char NAME_SCRIPT[] = ...;" literal, compiled and hashed
 # here), so that the floor never runs a stale copy.  Needs DIR/floor.
 bench_floor_capture() {
@@ -239,7 +239,7 @@ bench_floor_capture() {
 		while name=$("$dir/floor" --arg "$dir/floor_cmds.txt" "$phase" "$i" 0); do
 			sha=$(bench_floor_sha "$dir" "$phase" "$i" "$name")
 			if [ -n "$sha" ] && ! grep -q "^$sha " "$dir/src_scripts.txt"; then
-				echo "$BENCH_NAME: the $phase script the extension sent (SHA1 $sha) is none of the scripts in src/*.c" >&2
+				echo "$BENCH_NAME: the $phase script the extension sent (SHA1 $sha) is none of the scripts in src/*/*.c" >&2
 				exit 1
 			fi
 			i=$((i + 1))
@@ -247,10 +247,10 @@ bench_floor_capture() {
 	done
 }
 
-# bench_src_scripts DIR: "SHA1 NAME" of every script literal in src/*.c
+# bench_src_scripts DIR: "SHA1 NAME" of every script literal in src/*/*.c
 bench_src_scripts() {
 	local f name
-	for f in "$BENCH_TOP"/src/*.c; do
+	for f in "$BENCH_TOP"/src/*/*.c; do
 		for name in $(sed -n 's/^static const char \([A-Z_]*SCRIPT\)\[\] =.*/\1/p' "$f"); do
 			{
 				echo '#include <stdio.h>'

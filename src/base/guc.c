@@ -30,7 +30,6 @@
 #include "base/redlock.h"
 
 const RlNodeList *rl_node_list = NULL;
-uint64_t	rl_node_list_generation = 1;
 int			rl_connect_timeout_ms = 200;
 int			rl_node_timeout_ms = 50;
 double		rl_drift_factor = 0.01;
@@ -256,21 +255,6 @@ check_credential(char **newval, void **extra, GucSource source)
 		}
 	}
 	return true;
-}
-
-/*
- * A setting that decides how the nodes are reached was assigned: a new
- * value needs new connections, and the leases taken on the old ones are
- * released (lifecycle.c).  PostgreSQL calls assign hooks on every reload
- * of the configuration file, for unchanged values too, and when a SET
- * LOCAL or a function's SET clause ends: only a different value counts.
- * The variable still holds the value in force while the hook runs.
- */
-void
-rl_connection_setting_assigned(const char *oldval, const char *newval)
-{
-	if (strcmp(oldval ? oldval : "", newval ? newval : "") != 0)
-		rl_node_list_generation++;
 }
 
 static void

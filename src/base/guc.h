@@ -1,21 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * guc.h
- *	  The redlock.* settings (src/guc.c), as read by the rest of the
- *	  extension.  Settings are the bottom layer: they include nothing of
- *	  ours but redlock.h.
+ *	  The redlock.* settings (guc.c), as read by the rest of the
+ *	  extension; those of how the nodes are reached are in guc_net.h.
+ *	  Settings are the bottom layer: they include nothing of ours but
+ *	  redlock.h and guc_net.h.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef REDLOCK_GUC_H
 #define REDLOCK_GUC_H
 
+#include "base/guc_net.h"
 #include "base/redlock.h"
 
 extern const RlNodeList *rl_node_list;	/* NULL or count 0 when unset */
-extern uint64_t rl_node_list_generation;	/* bumped when nodes/auth change */
-extern uint64_t rl_tls_files_serial;	/* bumped when a TLS setting is
-										 * assigned, changed or not */
 extern int	rl_connect_timeout_ms;
 extern int	rl_node_timeout_ms;
 extern double rl_drift_factor;
@@ -35,26 +34,7 @@ extern int	rl_stats_max_tables;
 /* room for the reason rl_parse_node_list() gives for refusing a value */
 #define RL_NODES_ERRLEN			512
 
-extern char *rl_dns_servers;
-
-/* redlock.tls_mode: libpq's sslmode words */
-typedef enum RlTlsMode
-{
-	RL_TLS_DISABLE,
-	RL_TLS_REQUIRE,				/* encrypt, do not check the certificate */
-	RL_TLS_VERIFY_CA,			/* the certificate is signed by a trusted CA */
-	RL_TLS_VERIFY_FULL			/* ... and names the node's host or IP */
-} RlTlsMode;
-
-extern int	rl_tls_mode;
-extern char *rl_tls_ca_file;
-extern char *rl_tls_cert_file;
-extern char *rl_tls_key_file;
-
 extern void rl_define_gucs(void);
-extern void rl_connection_setting_assigned(const char *oldval,
-										   const char *newval);
-extern void rl_define_net_gucs(void);
 extern bool rl_parse_node_list(const char *value, RlNodeList *out,
 							   char *errbuf, size_t errlen);
 

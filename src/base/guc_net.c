@@ -2,7 +2,9 @@
  *
  * guc_net.c
  *	  The settings for how the nodes are reached: TLS (redlock.tls_*) and
- *	  the DNS servers host names are looked up with (redlock.dns_servers).
+ *	  the DNS servers host names are looked up with (redlock.dns_servers);
+ *	  and the generation of every setting that needs new connections when
+ *	  it changes (these, redlock.nodes and the credentials of guc.c).
  *
  * All are PGC_SUSET.  Changing the value of any of them renews the
  * connections (the node list generation is bumped), so the next call
@@ -18,14 +20,30 @@
 
 #include "utils/guc.h"
 
-#include "base/guc.h"
+#include "base/guc_net.h"
 
+uint64_t	rl_node_list_generation = 1;
 char	   *rl_dns_servers = NULL;
 int			rl_tls_mode = RL_TLS_DISABLE;
 uint64_t	rl_tls_files_serial = 0;
 char	   *rl_tls_ca_file = NULL;
 char	   *rl_tls_cert_file = NULL;
 char	   *rl_tls_key_file = NULL;
+
+/*
+ * A setting that decides how the nodes are reached was assigned: a new
+ * value needs new connections, and the leases taken on the old ones are
+ * released (session_nodes.c).  PostgreSQL calls assign hooks on every reload
+ * of the configuration file, for unchanged values too, and when a SET
+ * LOCAL or a function's SET clause ends: only a different value counts.
+ * The variable still holds the value in force while the hook runs.
+ */
+void
+rl_connection_setting_assigned(const char *oldval, const char *newval)
+{
+	if (strcmp(oldval ? oldval : "", newval ? newval : "") != 0)
+		rl_node_list_generation++;
+}
 
 static const struct config_enum_entry rl_tls_mode_options[] = {
 	{"disable", RL_TLS_DISABLE, false},

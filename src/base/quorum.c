@@ -21,6 +21,8 @@
 #include "base/quorum.h"
 
 #define RL_DRIFT_CONSTANT_US	2000	/* Redis expiry precision, 1-2 ms */
+#define RL_REACH_NODES_US		5000	/* a little for a key to reach the
+										 * nodes (rl_gone_from_nodes_us) */
 
 int
 rl_majority(int nnodes)
@@ -135,6 +137,30 @@ int64_t
 rl_validity_us(int64_t ttl_ms, int64_t elapsed_us, double drift_factor)
 {
 	return ttl_ms * 1000 - elapsed_us - rl_drift_us(ttl_ms, drift_factor);
+}
+
+/*
+ * The end of the validity of a lease set (or extended) with TTL ttl_ms by
+ * a round that began at start_us, on the same clock: start + TTL - drift.
+ */
+int64_t
+rl_valid_until_us(int64_t start_us, int64_t ttl_ms, double drift_factor)
+{
+	return start_us + ttl_ms * 1000 - rl_drift_us(ttl_ms, drift_factor);
+}
+
+/*
+ * When a lease valid until valid_until_us (its TTL ttl_ms) has surely
+ * expired on the nodes that set it: its validity, plus the drift allowance
+ * taken off it, plus RL_REACH_NODES_US for the time its key took to reach
+ * them.
+ */
+int64_t
+rl_gone_from_nodes_us(int64_t valid_until_us, int64_t ttl_ms,
+					  double drift_factor)
+{
+	return valid_until_us + rl_drift_us(ttl_ms, drift_factor) +
+		RL_REACH_NODES_US;
 }
 
 /*

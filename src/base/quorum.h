@@ -75,6 +75,10 @@ extern int	rl_decide_items(int nnodes, const RlVote *votes,
 extern int64_t rl_drift_us(int64_t ttl_ms, double drift_factor);
 extern int64_t rl_validity_us(int64_t ttl_ms, int64_t elapsed_us,
 							  double drift_factor);
+extern int64_t rl_valid_until_us(int64_t start_us, int64_t ttl_ms,
+								 double drift_factor);
+extern int64_t rl_gone_from_nodes_us(int64_t valid_until_us, int64_t ttl_ms,
+									 double drift_factor);
 
 extern int64_t rl_propose_token(int64_t wall_clock_us, int64_t last_token);
 extern bool rl_choose_token(int64_t proposal, const int64_t *counters,

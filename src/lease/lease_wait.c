@@ -5,7 +5,7 @@
  *	  a lease handed over to it while it sleeps.
  *
  * With the lock table, a holder on this server that releases the resource
- * hands it over to the first waiter asleep with an offer (handoff.c), or
+ * hands it over to the first waiter asleep with an offer (lease_handoff.c), or
  * (a waiter ahead of us that gives up, a holder on another server whose
  * release the wake-up worker hears) sets our latch.  A waiter also wakes at
  * a local holder's expiry and, as a backstop, after redlock.retry_delay
@@ -22,8 +22,8 @@
 #include "storage/proc.h"
 #include "utils/guc.h"
 
-#include "shared/handoff.h"
-#include "sql/lease_sql.h"
+#include "lease/lease_handoff.h"
+#include "lease/lease_report.h"
 #include "lease/lease_wait.h"
 #include "shared/lock_table.h"
 #include "shared/stats.h"
@@ -135,7 +135,8 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 	 * limits (lock_timeout, wait_ms) still apply; an offer given up while
 	 * taken is released by the abort path, or by the holder.
 	 */
-	while ((outcome = rl_handoff_withdraw(w->slot, &ho, owner)) == RL_HANDED_PENDING)
+	while ((outcome = rl_lock_table_withdraw_offer(w->slot, &ho, owner)) ==
+		   RL_HANDED_PENDING)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(sleep_ms(w, last), 100), rl_wait_event_lease());

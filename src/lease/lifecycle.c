@@ -2,11 +2,12 @@
  *
  * lifecycle.c
  *	  When leases end without being unlocked: transaction and subtransaction
- *	  end, DISCARD ALL, backend exit, and a change of the node list.
+ *	  end, DISCARD ALL and backend exit.  (A change of the node list:
+ *	  session_nodes.c.)
  *
  * Commit, abort and exit run with interrupts held and must never raise
  * (an ERROR after the commit record is a PANIC): their releases are
- * no-throw rounds with one overall deadline (see registry.c).
+ * no-throw rounds with one overall deadline (see lease_release.c).
  *
  * DISCARD ALL releases session leases, as it releases advisory locks, so
  * that a connection pooler resetting a server connection does not hand a
@@ -23,18 +24,28 @@
 #include "tcop/utility.h"
 
 #include "base/guc.h"
+#include "lease/lease_handoff.h"
+#include "lease/lease_release.h"
 #include "lease/lifecycle.h"
 #include "lease/registry.h"
 
-/* PostgreSQL 18 replaced the flag with a test of MyBackendType */
-#if PG_VERSION_NUM >= 180000
-#define RL_IN_BGWORKER() AmBackgroundWorkerProcess()
-#else
-#define RL_IN_BGWORKER() IsBackgroundWorker
-#endif
-
 static bool rl_exit_hook_registered = false;
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+
+/*
+ * Abort and exit paths: what an error interrupted, in this order: an
+ * attempt in flight (its value may be on the nodes), a release handing a
+ * lease to a waiter, the offers a wait left (lease_handoff.c), and the lock
+ * table row of the lease being acquired.  Raises nothing.
+ */
+static void
+abort_acquire(void)
+{
+	rl_proto_abandon_in_flight();
+	rl_handoff_abort();
+	rl_handoff_abandon(rl_registry_acquiring_slot());
+	rl_registry_abort_acquire();
+}
 
 /*
  * Backend exit: release everything, then let the nodes take what is still
@@ -44,71 +55,24 @@ static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 static void
 rl_backend_exit(int code, Datum arg)
 {
-	rl_proto_abandon_in_flight();
-	rl_registry_abort_acquire();
-	(void) rl_registry_release(RL_DROP_ALL, InvalidSubTransactionId, true);
+	abort_acquire();
+	(void) rl_lease_release(RL_DROP_ALL, InvalidSubTransactionId, true);
 	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
 	rl_nodes_disconnect_all();
 }
 
 /*
- * Make sure the node list in force is the one we are connected to.  A new
- * node list first releases this session's leases on the old nodes: they
- * cannot be tracked across lists.
+ * This backend is about to use the nodes: from now on its exit releases
+ * its leases first (registered once, in the backend itself).
  */
 void
-rl_nodes_ready(void)
+rl_lifecycle_arm_exit(void)
 {
 	if (!rl_exit_hook_registered)
 	{
 		before_shmem_exit(rl_backend_exit, (Datum) 0);
 		rl_exit_hook_registered = true;
 	}
-
-	if (rl_nodes_config_changed())
-	{
-		long		n = rl_registry_count();
-
-		if (n > 0)
-		{
-			ereport(WARNING,
-					(errcode(ERRCODE_REDLOCK_LEASE_LOST),
-					 errmsg_plural("releasing %ld lease held on the previous Redis nodes",
-								   "releasing %ld leases held on the previous Redis nodes",
-								   n, n),
-					 errdetail("redlock.nodes, the Redis credentials, or the TLS or DNS settings changed; leases cannot be kept across such a change.")));
-			(void) rl_registry_release(RL_DROP_ALL, InvalidSubTransactionId, true);
-			rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
-		}
-		rl_nodes_apply_config();
-	}
-
-	/*
-	 * verify-ca with no CA file of its own would trust any publicly issued
-	 * certificate (no name is checked): refused at connect (node_tls.c),
-	 * and here with the whole story.  The background workers only see the
-	 * nodes fail.
-	 */
-	if (rl_tls_mode == RL_TLS_VERIFY_CA &&
-		(rl_tls_ca_file == NULL || rl_tls_ca_file[0] == '\0') &&
-		!RL_IN_BGWORKER())
-		ereport(ERROR,
-				(errcode(ERRCODE_REDLOCK_CONFIG),
-				 errmsg("redlock.tls_mode \"verify-ca\" needs redlock.tls_ca_file"),
-				 errdetail("verify-ca checks that a trusted CA signed a node's certificate, not the name in it; with the system's CA store, any publicly issued certificate would pass."),
-				 errhint("Set redlock.tls_ca_file to the CA that signs the nodes' certificates, or use redlock.tls_mode = 'verify-full'.")));
-
-	if (rl_nodes_count() == 0 && rl_nodes_rejected_reason() != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_REDLOCK_CONFIG),
-				 errmsg("invalid value for parameter \"redlock.nodes\" in the server configuration"),
-				 errdetail("%s", rl_nodes_rejected_reason()),
-				 errhint("Correct redlock.nodes in the server configuration and reload it.")));
-	if (rl_nodes_count() == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_REDLOCK_CONFIG),
-				 errmsg("redlock.nodes is not set"),
-				 errhint("A superuser sets it to the Redis masters to use, e.g. ALTER SYSTEM SET redlock.nodes = '127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381'; SELECT pg_reload_conf();")));
 }
 
 static void
@@ -125,13 +89,12 @@ rl_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PREPARE:
-			(void) rl_registry_release(RL_DROP_XACT, InvalidSubTransactionId, true);
+			(void) rl_lease_release(RL_DROP_XACT, InvalidSubTransactionId, true);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			rl_proto_abandon_in_flight();
-			rl_registry_abort_acquire();
-			(void) rl_registry_release(RL_DROP_XACT, InvalidSubTransactionId, true);
+			abort_acquire();
+			(void) rl_lease_release(RL_DROP_XACT, InvalidSubTransactionId, true);
 			break;
 		default:
 			break;
@@ -149,9 +112,8 @@ rl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
-		rl_proto_abandon_in_flight();
-		rl_registry_abort_acquire();
-		(void) rl_registry_release(RL_DROP_SUBXACT, mySubid, true);
+		abort_acquire();
+		(void) rl_lease_release(RL_DROP_SUBXACT, mySubid, true);
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 		rl_registry_subxact_commit(mySubid, parentSubid);
@@ -176,7 +138,7 @@ rl_process_utility(PlannedStmt *pstmt, const char *queryString,
 
 	/* like advisory locks: DISCARD ALL (never in a transaction block) */
 	if (discard_all)
-		(void) rl_registry_release(RL_DROP_ALL, InvalidSubTransactionId, false);
+		(void) rl_lease_release(RL_DROP_ALL, InvalidSubTransactionId, false);
 }
 
 void

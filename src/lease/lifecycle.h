@@ -1,8 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * lifecycle.h
- *	  Transaction, subtransaction, DISCARD ALL and exit handling of leases,
- *	  and the node list a call runs against.
+ *	  Transaction, subtransaction, DISCARD ALL and exit handling of leases.
  *
  *-------------------------------------------------------------------------
  */
@@ -10,6 +9,6 @@
 #define REDLOCK_LIFECYCLE_H
 
 extern void rl_lifecycle_init(void);
-extern void rl_nodes_ready(void);
+extern void rl_lifecycle_arm_exit(void);
 
 #endif							/* REDLOCK_LIFECYCLE_H */

@@ -1,25 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * registry.c
- *	  The per-backend lease registry and the release of leases whose last
- *	  hold is gone.
+ *	  The per-backend lease registry: the leases this session holds, with
+ *	  their holds, and their rows in the server-wide lock table.
  *
  * Leases are re-entrant per session, like advisory locks: taking a lease the
  * session already holds (at either scope) returns the same token and adds a
- * hold; the lease is released on the nodes when the last hold goes.  See
- * registry.h for the states of a lease.
- *
- * A lease whose last hold goes is marked releasing *before* any network
- * I/O, so an error that interrupts the release (cancel, statement_timeout,
- * a caught exception) can never leave it looking held; its release command
- * belongs to the node layer from then on, which delivers it when the nodes
- * can take it.
- *
- * Bulk releases (transaction end, exit, DISCARD ALL) send one command per
- * node per RL_RELEASE_CHUNK leases, pipelined, and wait once, for the last.
- * On the no-throw paths the whole bulk release has one deadline: one
- * connect attempt and one node_timeout per node, whatever the number of
- * leases; what could not be confirmed expires by TTL and is logged once.
+ * hold; the lease is released on the nodes when the last hold goes
+ * (lease_release.c).  See registry.h for the states of a lease.  Like
+ * PostgreSQL's local lock table in front of the shared one, the registry
+ * does no network I/O: it only keeps the entries and their lock table rows
+ * in step.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,13 +19,10 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
-#include "shared/handoff.h"
-#include "shared/lock_table.h"
 #include "lease/registry.h"
-#include "shared/stats.h"
+#include "shared/lock_table.h"
 
 static HTAB *rl_leases = NULL;
-static uint64 rl_release_batches = 0;
 static int	rl_acquiring_slot = -1;	/* lock table row of the lease being
 										 * acquired (or waited for) */
 
@@ -133,17 +121,22 @@ rl_registry_end_acquire(RlLease *lease)
 	rl_acquiring_slot = -1;
 }
 
+/* The lock table row of the lease being acquired (or waited for), or -1. */
+int
+rl_registry_acquiring_slot(void)
+{
+	return rl_acquiring_slot;
+}
+
 /*
- * Abort path: an error ended the acquire (or wait), or interrupted a
- * release that was handing a lease to a waiter.  Raises nothing.
+ * Abort path: an error ended the acquire (or wait): its lock table row
+ * goes (after the wait's offers, lifecycle.c).  Raises nothing.
  */
 void
 rl_registry_abort_acquire(void)
 {
-	rl_handoff_abort();
 	if (rl_acquiring_slot >= 0)
 	{
-		rl_handoff_abandon(rl_acquiring_slot);
 		rl_lock_table_remove(rl_acquiring_slot);
 		rl_acquiring_slot = -1;
 	}
@@ -262,158 +255,3 @@ rl_registry_subxact_commit(SubTransactionId mySubid,
 	}
 }
 
-/* Did a majority answer a release round? */
-static bool
-release_confirmed(const RlRequest *req)
-{
-	return req->decision != RL_UNAVAILABLE &&
-		req->tally.yes + req->tally.no >= rl_majority(req->nnodes);
-}
-
-/*
- * Release one lease whose last hold went: marked releasing first, then one
- * round.  Returns whether a majority confirmed the release; the lease is
- * gone from the registry either way.
- */
-bool
-rl_registry_release_one(RlLease *lease, bool nothrow, RlRequest *req)
-{
-	RlReleaseItem item;
-
-	Assert(lease->state == RL_LEASE_HELD);
-	lease->state = RL_LEASE_RELEASING;
-	item.key = lease->key;
-	item.keylen = lease->keylen;
-	item.owner = lease->owner;
-	if (rl_handoff_claim(lease->shm_slot, lease->resource, &item))
-		rl_handoff_run(&item, lease->resource, nothrow,
-					   nothrow ? rl_proto_release_deadline() : 0, req);
-	else
-		rl_proto_release(&item, 1, true, nothrow,
-						 nothrow ? rl_proto_release_deadline() : 0, NULL, req);
-	rl_stats_count(RL_STAT_RELEASES);
-	rl_registry_forget(lease);
-	return release_confirmed(req);
-}
-
-/* Drop the holds scope covers; true when the lease has none left. */
-static bool
-drop_holds(RlLease *lease, RlDropScope scope, SubTransactionId subid)
-{
-	switch (scope)
-	{
-		case RL_DROP_XACT:
-			lease->xact_holds = 0;
-			break;
-		case RL_DROP_SESSION:
-			lease->session_holds = 0;
-			break;
-		case RL_DROP_ALL:
-			lease->xact_holds = lease->session_holds = 0;
-			break;
-		case RL_DROP_SUBXACT:
-			if (lease->xact_holds > 0 && lease->xact_subid == subid)
-				lease->xact_holds = 0;
-			break;
-	}
-	return lease->session_holds == 0 && lease->xact_holds == 0;
-}
-
-/*
- * Drop holds in bulk and release the leases left without any.  Entries
- * already releasing (an earlier release was interrupted; the node layer
- * owns their release) are just forgotten.  Returns the number of leases
- * released.
- */
-int
-rl_registry_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
-{
-	HASH_SEQ_STATUS status;
-	RlLease    *lease;
-	uint64		batch = ++rl_release_batches;
-	int			total = 0;
-	int			sent = 0;
-	int			unconfirmed = 0;
-	int64_t		deadline = nothrow ? rl_proto_release_deadline() : 0;
-	RlReleaseItem items[RL_RELEASE_CHUNK];
-	int			nitems = 0;
-	RlLease    *handed = NULL;
-	RlReleaseItem handed_item;
-	RlRequest	req;
-
-	/* mark first: from here on none of them is held, whatever happens */
-	for (lease = rl_registry_next(&status, true); lease != NULL;
-		 lease = rl_registry_next(&status, false))
-	{
-		if (lease->state != RL_LEASE_HELD)
-			continue;
-		if (drop_holds(lease, scope, subid))
-		{
-			lease->state = RL_LEASE_RELEASING;
-			lease->release_batch = batch;
-			total++;
-		}
-		else
-			rl_registry_holds_changed(lease);
-	}
-
-	for (lease = total > 0 ? rl_registry_next(&status, true) : NULL;
-		 lease != NULL;
-		 lease = rl_registry_next(&status, false))
-	{
-		RlReleaseItem *item = &items[nitems];
-
-		if (lease->state != RL_LEASE_RELEASING || lease->release_batch != batch)
-			continue;
-		item->key = lease->key;
-		item->keylen = lease->keylen;
-		item->owner = lease->owner;
-		sent++;
-		/* one lease per release may go straight to a waiter here */
-		if (handed == NULL &&
-			rl_handoff_claim(lease->shm_slot, lease->resource, item))
-		{
-			handed = lease;
-			handed_item = *item;
-		}
-		else
-			nitems++;
-		if (nitems > 0 && (nitems == RL_RELEASE_CHUNK || sent == total))
-		{
-			bool		last = (sent == total && handed == NULL);
-
-			rl_proto_release(items, nitems, last, nothrow, deadline, NULL, &req);
-			if (last && !release_confirmed(&req))
-				unconfirmed = total;
-			nitems = 0;
-		}
-	}
-	if (handed != NULL)
-	{
-		rl_handoff_run(&handed_item, handed->resource, nothrow, deadline, &req);
-		if (!release_confirmed(&req))
-			unconfirmed = total;
-	}
-
-	/* forget every releasing entry: the node layer owns their releases */
-	for (lease = rl_registry_next(&status, true); lease != NULL;
-		 lease = rl_registry_next(&status, false))
-	{
-		if (lease->state == RL_LEASE_RELEASING &&
-			lease->session_holds == 0 && lease->xact_holds == 0)
-		{
-			if (lease->release_batch == batch)
-				rl_stats_count(RL_STAT_RELEASES);
-			rl_registry_forget(lease);
-		}
-	}
-
-	if (unconfirmed > 0)
-		ereport(nothrow ? LOG : WARNING,
-				(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
-				 errmsg_plural("release of %d lease was not confirmed by a majority of Redis nodes",
-							   "release of %d leases was not confirmed by a majority of Redis nodes",
-							   unconfirmed, unconfirmed),
-				 errdetail("Leases whose release did not reach a node expire there by their TTL; the release is sent again when the node can be reached.")));
-	return total;
-}

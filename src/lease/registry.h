@@ -6,7 +6,7 @@
  *
  * A lease goes through four states:
  *
- *	acquiring	an attempt is in flight (protocol.c keeps it; an error
+ *	acquiring	an attempt is in flight (protocol_acquire.c keeps it; an error
  *				releases it on the abort path);
  *	held		granted: in the registry, RL_LEASE_HELD, with one or more
  *				holds;
@@ -65,6 +65,7 @@ extern RlLease *rl_registry_held_token(int64 token);
 extern RlLease *rl_registry_enter(const char *resource);
 extern int	rl_registry_begin_acquire(const char *resource, const char *key);
 extern void rl_registry_end_acquire(RlLease *lease);
+extern int	rl_registry_acquiring_slot(void);
 extern void rl_registry_abort_acquire(void);
 extern void rl_registry_holds_changed(RlLease *lease);
 extern int64_t rl_registry_valid_until(const RlLease *lease);
@@ -75,9 +76,5 @@ extern bool rl_registry_has_xact_holds(void);
 extern RlLease *rl_registry_next(HASH_SEQ_STATUS *status, bool first);
 extern void rl_registry_subxact_commit(SubTransactionId mySubid,
 									   SubTransactionId parentSubid);
-extern bool rl_registry_release_one(RlLease *lease, bool nothrow,
-									RlRequest *req);
-extern int	rl_registry_release(RlDropScope scope, SubTransactionId subid,
-								bool nothrow);
 
 #endif							/* REDLOCK_REGISTRY_H */

@@ -1,9 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * protocol.h
- *	  The Redlock protocol on the nodes: acquire (and write back), release,
- *	  hand over to a waiter (protocol.c), extend and ask who holds a lock
- *	  (protocol_extend.c), each one round of Lua scripts sent to every node.
+ *	  The Redlock protocol on the nodes, each operation one round of Lua
+ *	  scripts sent to every node: acquire and settle (protocol_acquire.c),
+ *	  release (protocol_release.c), hand over to a waiter
+ *	  (protocol_handoff.c), extend and ask who holds a lock
+ *	  (protocol_extend.c); the values and keys they are given
+ *	  (protocol_values.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -44,13 +47,14 @@ typedef struct RlReleaseItem
  * A lock call's standing offer to be handed the lock when it is released:
  * the value a releasing holder sets for it.  Its attempts leave it on the
  * nodes that refused them, for holders on other servers; asleep, it also
- * leaves it in the lock table, for holders of this server (handoff.c).
+ * leaves it in the lock table, for holders of this server (lease_handoff.c).
  */
 typedef struct RlOffer
 {
 	char		value[RL_OWNER_LEN + 1];	/* the attempt's own lock value */
-	char		owner[RL_OWNER_LEN + 1];	/* the offer's on the nodes:
-											 * rl_offer_value() of it, or "" */
+	char		offered[RL_OWNER_LEN + 1];	/* the value offered on the
+											 * nodes: rl_offer_value() of
+											 * value, or "" */
 	char		local[RL_OWNER_LEN + 1];	/* offered without: fresh, or "" */
 	char		past[RL_WAIT_OFFERS * (RL_OWNER_LEN + 1)];	/* earlier offers
 													 * that may still be on a

@@ -6,10 +6,11 @@
  *
  * A holder of this server hands the lock to the first local waiter in the
  * script that deletes its value (HANDOFF_SCRIPT), and the waiter finds the
- * round's outcome in the lock table (handoff.c).  A holder on another
- * server hands it over in its plain release, to the offer the waiter left
- * on the nodes (RELEASE_SCRIPT in protocol_release.c), and the waiter's wake-up
- * worker gathers the outcome from the nodes' messages (handoff_remote.c).
+ * round's outcome in the lock table (lock_table_handoff.c).  A holder on
+ * another server hands it over in its plain release, to the offer the
+ * waiter left on the nodes (RELEASE_HANDOVER_SCRIPT in
+ * protocol_release.c), and the waiter's wake-up worker gathers the outcome
+ * from the nodes' messages (lock_table_remote.c).
  * Either way the waiter settles it with rl_proto_settle(), like an
  * attempt of its own.  A handoff that reaches its waiter later than a
  * round of its own could have taken (quorum.c, rl_handoff_fresh) is first
@@ -24,7 +25,7 @@
 
 /*
  * A release that hands the lock to the next waiter of this server: delete
- * our value (KEYS[1] = ARGV[1], or its offer value, as RELEASE_SCRIPT
+ * our value (KEYS[1] = ARGV[1], or its offer value, as RELEASE_HANDOVER_SCRIPT
  * does), then take the lock for the waiter exactly as ACQUIRE_SCRIPT does
  * (value ARGV[2], TTL ARGV[3], proposal ARGV[4]); a lock already handed to
  * the waiter's offer on the nodes (hash ARGV[5], not a declared key: see

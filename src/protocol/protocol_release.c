@@ -10,7 +10,7 @@
  * round trip.  The release script also hands the lock to a waiter on
  * another server whose offer it finds beside the lock, or announces it
  * free, but only when a waiter left its marker there: a release that
- * nobody waits for pays nothing for that machinery (protocol.c describes
+ * nobody waits for pays nothing for that machinery (protocol_acquire.c describes
  * the offers).
  *
  *-------------------------------------------------------------------------
@@ -37,9 +37,9 @@
  * offer's commands and PUBLISH are pcall'd: a Redis user whose ACL lacks
  * MGET releases as if someone waited, and one that lacks the others still
  * releases (its waiters then poll).  No node's clock is read: the waiter
- * counts the lease's validity on its own (handoff_remote.c).
+ * counts the lease's validity on its own (lock_table_remote.c).
  */
-static const char RELEASE_SCRIPT[] =
+static const char RELEASE_HANDOVER_SCRIPT[] =
 "local pre = ARGV[#KEYS + 1]\n"
 "local n = 0\n"
 "for i = 1, #KEYS do\n"
@@ -84,8 +84,8 @@ static const char RELEASE_SCRIPT[] =
 "return n\n";
 
 /*
- * The withdrawal of an attempt that was refused: RELEASE_SCRIPT for one
- * key, announcing nothing.  The lock was never ours on a majority, so
+ * The withdrawal of an attempt that was refused: RELEASE_HANDOVER_SCRIPT
+ * for one key, announcing nothing.  The lock was never ours on a majority, so
  * nobody waits for it to go; a publish would wake every waiter, ours
  * included, only to be refused again by the holder.  Its offer stays: the
  * caller still waits.
@@ -125,7 +125,8 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 
 	Assert(nitems > 0 && nitems <= RL_RELEASE_CHUNK);
 	snprintf(numkeys, sizeof(numkeys), "%d", nitems);
-	rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT, sizeof(RELEASE_SCRIPT) - 1, numkeys);
+	rl_proto_eval_header(argv, argvlen, RELEASE_HANDOVER_SCRIPT,
+						 sizeof(RELEASE_HANDOVER_SCRIPT) - 1, numkeys);
 	for (int i = 0; i < nitems; i++)
 	{
 		argv[3 + i] = items[i].key;
@@ -182,8 +183,8 @@ rl_proto_withdraw_attempt(const char *key, int keylen, const char *owner,
 	RlRequest	req;
 
 	if (announce)
-		rl_proto_eval_header(argv, argvlen, RELEASE_SCRIPT,
-							 sizeof(RELEASE_SCRIPT) - 1, "1");
+		rl_proto_eval_header(argv, argvlen, RELEASE_HANDOVER_SCRIPT,
+							 sizeof(RELEASE_HANDOVER_SCRIPT) - 1, "1");
 	else
 		rl_proto_eval_header(argv, argvlen, WITHDRAW_SCRIPT,
 							 sizeof(WITHDRAW_SCRIPT) - 1, "1");
@@ -191,7 +192,8 @@ rl_proto_withdraw_attempt(const char *key, int keylen, const char *owner,
 	argvlen[3] = keylen;
 	argv[4] = owner;
 	argvlen[4] = strlen(owner);
-	argv[5] = rl_key_prefix;	/* RELEASE_SCRIPT's; WITHDRAW_SCRIPT ignores it */
+	argv[5] = rl_key_prefix;	/* RELEASE_HANDOVER_SCRIPT's; WITHDRAW_SCRIPT
+								 * ignores it */
 	argvlen[5] = strlen(rl_key_prefix);
 	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 6, argv, argvlen);
 	req.must_deliver = true;

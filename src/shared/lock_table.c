@@ -13,7 +13,7 @@
  * Waiters on this server queue in the order they started waiting: only the
  * first waiter for a resource asks the nodes; when a holder on this server
  * releases the resource it hands the lease straight to the first waiter
- * asleep with an offer (handoff.c), and otherwise, or when a waiter ahead
+ * asleep with an offer (lock_table_handoff.c, lease_handoff.c), and otherwise, or when a waiter ahead
  * gives up, the first remaining waiter's latch is set, so it asks again at
  * once instead of after a polling delay.  Waiters still wake by themselves
  * (at the local holder's expiry, and after a bounded delay), so a missed
@@ -32,7 +32,9 @@
  * LWLock and sets a latch, and raises nothing.
  *
  * The keep-alive side of the table (extension rounds, the worker's due
- * leases) is in lock_table_keep.c.
+ * leases) is in lock_table_keep.c; the workers' registration and the
+ * waking of waiters by key in lock_table_workers.c; the index by key in
+ * lock_table_index.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -168,23 +170,6 @@ rl_latch_of(int procno)
 #endif
 }
 
-/* A worker announces itself (running = false: it is exiting). */
-void
-rl_lock_table_set_worker(RlWorkerRole role, bool running)
-{
-	if (rl_table == NULL)
-		return;
-	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	rl_table->worker_procno[role] = running ? rl_my_procno() : -1;
-	if (role == RL_WORKER_WAKEUP && !running)
-		rl_table->wakeup_nodes = 0;	/* nobody gathers remote handoffs */
-	if (role == RL_WORKER_KEEPALIVE && !running)
-		rl_table->keepalive_nodes = 0;	/* nobody keeps leases alive */
-	LWLockRelease(rl_table->lock);
-	if (role == RL_WORKER_KEEPALIVE && !running)
-		rl_lock_table_worker_gone();
-}
-
 /* The slot's backend waits: the wake-up worker listens for its key. */
 void
 rl_lock_table_waiting(int slot)
@@ -209,65 +194,6 @@ rl_lock_table_wake_worker(RlWorkerRole role)
 		return;
 	LWLockAcquire(rl_table->lock, LW_SHARED);
 	procno = rl_table->worker_procno[role];
-	LWLockRelease(rl_table->lock);
-	if (procno >= 0)
-		SetLatch(rl_latch_of(procno));
-}
-
-/*
- * For the wake-up worker: the distinct lock keys that backends of this
- * server wait for on its nodes, up to max, in keys[] (each RL_KEY_MAX + 1
- * bytes).
- */
-int
-rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
-{
-	int			n = 0;
-	uint64_t	nodes = rl_lock_table_nodes();
-
-	if (rl_table == NULL)
-		return 0;
-	LWLockAcquire(rl_table->lock, LW_SHARED);
-	if (rl_table->nwaiting == 0)
-		max = 0;				/* nobody waits: no need to look */
-	for (int i = 0; i < rl_table->nslots && n < max; i++)
-	{
-		RlSlot	   *s = &rl_table->slots[i];
-		bool		seen = false;
-
-		if (!s->in_use || s->granted || !s->waiting || s->nodes != nodes)
-			continue;
-		for (int k = 0; k < n && !seen; k++)
-			seen = strcmp(keys[k], s->key) == 0;
-		if (!seen)
-			strlcpy(keys[n++], s->key, RL_KEY_MAX + 1);
-	}
-	LWLockRelease(rl_table->lock);
-	return n;
-}
-
-/*
- * A lease on key was released on some server (the wake-up worker heard it
- * from a node of its own): wake the first waiter for it here.
- */
-void
-rl_lock_table_wake_key(const char *key, size_t keylen)
-{
-	int			first = -1;
-	int			procno = -1;
-	char		k[RL_KEY_MAX + 1];
-
-	if (rl_table == NULL || keylen > RL_KEY_MAX)
-		return;
-	memcpy(k, key, keylen);
-	k[keylen] = '\0';
-	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	first = rl_first_waiter(k, -1);
-	if (first >= 0)
-	{
-		rl_table->slots[first].woken = true;
-		procno = rl_table->slots[first].procno;
-	}
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
 		SetLatch(rl_latch_of(procno));
@@ -299,14 +225,14 @@ rl_lock_table_enter(const char *resource, const char *key)
 	strlcpy(entry.key, key, sizeof(entry.key));
 
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	slot = rl_index_alloc();
+	slot = rl_index_alloc(rl_table);
 	if (slot >= 0)
 	{
 		RlSlot	   *s = &rl_table->slots[slot];
 
 		memcpy(s, &entry, sizeof(entry));
 		s->wait_seq = rl_table->next_seq++;
-		rl_index_link(slot);
+		rl_index_link(rl_table, slot);
 	}
 	LWLockRelease(rl_table->lock);
 
@@ -346,16 +272,16 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 	s->next_extend_us = now + (int64_t) g->ttl_ms * 1000 / 3;
 	s->keep_until_us = now + (int64_t) rl_keep_alive_limit_s * 1000000;
 	s->keep_limit_s = rl_keep_alive_limit_s;
-	strlcpy(s->owner, g->owner, sizeof(s->owner));
+	strlcpy(s->value, g->owner, sizeof(s->value));
 	if (strcmp(s->key, g->key) != 0)
 	{
 		/* not the key it was entered with: chain it by the new one */
-		rl_index_unlink(slot);
+		rl_index_unlink(rl_table, slot);
 		strlcpy(s->key, g->key, sizeof(s->key));
-		rl_index_link(slot);
+		rl_index_link(rl_table, slot);
 	}
 	s->remote = RL_REMOTE_NONE;
-	s->remote_owner[0] = '\0';
+	s->remote_offered[0] = '\0';
 	LWLockRelease(rl_table->lock);
 	if (g->keep_alive)
 		rl_lock_table_wake_worker(RL_WORKER_KEEPALIVE);
@@ -401,7 +327,7 @@ rl_first_waiter_on(const char *key, uint64_t nodes, int skip)
 	int			first = -1;
 	uint32		hash;
 
-	for (int i = rl_key_chain(key, &hash); i >= 0;
+	for (int i = rl_key_chain(rl_table, key, &hash); i >= 0;
 		 i = rl_table->slots[i].chain_next)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
@@ -447,11 +373,59 @@ rl_lock_table_remove(int slot)
 	}
 	if (s->waiting && !s->granted)
 		rl_table->nwaiting--;
-	rl_index_unlink(slot);
-	rl_index_free(slot);
+	rl_index_unlink(rl_table, slot);
+	rl_index_free(rl_table, slot);
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
 		SetLatch(rl_latch_of(procno));
+}
+
+/*
+ * For redlock_locks: a copy of every slot in use, palloc'd in *rows (at
+ * least one row's room); returns how many.  Copied under the table's lock,
+ * so that no output work is done under it.  0 without the table.
+ */
+int
+rl_lock_table_rows(RlLockRow **rows)
+{
+	RlLockRow  *copy;
+	int			n = 0;
+
+	*rows = NULL;
+	if (rl_table == NULL)
+		return 0;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	for (int i = 0; i < rl_table->nslots; i++)
+		if (rl_table->slots[i].in_use)
+			n++;
+	copy = palloc_extended(sizeof(RlLockRow) * Max(n, 1), MCXT_ALLOC_HUGE);
+	n = 0;
+	for (int i = 0; i < rl_table->nslots; i++)
+	{
+		const RlSlot *s = &rl_table->slots[i];
+		RlLockRow  *r = &copy[n];
+
+		if (!s->in_use)
+			continue;
+		r->pid = s->pid;
+		r->dbid = s->dbid;
+		r->userid = s->userid;
+		r->granted = s->granted;
+		r->token = s->token;
+		r->scopes = s->scopes;
+		r->waitstart = s->waitstart;
+		r->granted_at = s->granted_at;
+		r->valid_until_us = s->valid_until_us;
+		r->keep_alive = s->keep_alive;
+		r->lost = s->lost;
+		r->limit_reached = s->limit_reached;
+		memcpy(r->key, s->key, sizeof(r->key));
+		memcpy(r->resource, s->resource, sizeof(r->resource));
+		n++;
+	}
+	LWLockRelease(rl_table->lock);
+	*rows = copy;
+	return n;
 }
 
 /*
@@ -493,9 +467,9 @@ rl_lock_table_first_waiter(int slot)
 
 /*
  * When the lock key of a holder on this server expires on our nodes (0:
- * none holds it here): its validity plus the drift allowance and a little
- * for the time the key took to reach the nodes.  A keep-alive lease the
- * worker lost holds nothing: a majority said it is not ours.
+ * none holds it here): rl_gone_from_nodes_us() of its validity.  A
+ * keep-alive lease the worker lost holds nothing: a majority said it is
+ * not ours.
  */
 int64_t
 rl_lock_table_holder_expiry(const char *key)
@@ -507,15 +481,16 @@ rl_lock_table_holder_expiry(const char *key)
 	if (rl_table == NULL)
 		return 0;
 	LWLockAcquire(rl_table->lock, LW_SHARED);
-	for (int i = rl_key_chain(key, &hash); i >= 0;
+	for (int i = rl_key_chain(rl_table, key, &hash); i >= 0;
 		 i = rl_table->slots[i].chain_next)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
 		if (s->granted && !s->lost && s->nodes == nodes &&
 			RL_SLOT_OF_KEY(s, hash, key))
-			expiry = Max(expiry, s->valid_until_us +
-						 rl_drift_us(s->ttl_ms, rl_drift_factor) + 5000);
+			expiry = Max(expiry, rl_gone_from_nodes_us(s->valid_until_us,
+													   s->ttl_ms,
+													   rl_drift_factor));
 	}
 	LWLockRelease(rl_table->lock);
 	return expiry;

@@ -9,7 +9,10 @@
 #ifndef REDLOCK_LOCK_TABLE_H
 #define REDLOCK_LOCK_TABLE_H
 
+#include "datatype/timestamp.h"
+
 #include "base/redlock.h"
+#include "protocol/protocol.h"
 
 #define RL_SCOPE_SESSION	0x01
 #define RL_SCOPE_XACT		0x02
@@ -50,10 +53,7 @@ typedef enum RlWorkerRole
 	RL_NWORKERS
 } RlWorkerRole;
 
-extern void rl_lock_table_set_worker(RlWorkerRole role, bool running);
 extern void rl_lock_table_wake_worker(RlWorkerRole role);
-extern int	rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max);
-extern void rl_lock_table_wake_key(const char *key, size_t keylen);
 extern bool rl_lock_table_take_wake(int slot);
 extern bool rl_lock_table_enabled(void);
 extern uint64_t rl_lock_table_nodes(void);
@@ -82,5 +82,68 @@ extern void rl_lock_table_remove(int slot);
 extern bool rl_lock_table_first_waiter(int slot);
 extern int64_t rl_lock_table_holder_expiry(const char *key);
 extern void rl_lock_table_waiting(int slot);
+
+/* A row of redlock_locks: a slot in use, as copied under the lock. */
+typedef struct RlLockRow
+{
+	int			pid;
+	Oid			dbid;
+	Oid			userid;			/* the session user */
+	bool		granted;
+	int64		token;			/* granted: */
+	int			scopes;
+	TimestampTz granted_at;
+	int64_t		valid_until_us;
+	bool		keep_alive;
+	bool		lost;
+	bool		limit_reached;
+	TimestampTz waitstart;		/* not granted */
+	char		key[RL_KEY_MAX + 1];
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+} RlLockRow;
+
+extern int	rl_lock_table_rows(RlLockRow **rows);
+
+/* a waiter's standing offer, and a local handoff: lock_table_handoff.c */
+
+/* What a waiter finds when it withdraws its offer. */
+typedef enum RlHandoffOutcome
+{
+	RL_HANDED_NOTHING,			/* nobody took the offer up */
+	RL_HANDED_PENDING,			/* a holder is running the round: wait */
+	RL_HANDED_OVER				/* the round's outcome is in *ho */
+} RlHandoffOutcome;
+
+/* The offer a releasing holder took up (rl_lock_table_claim_offer). */
+typedef struct RlClaim
+{
+	int			slot;			/* the waiter's */
+	uint64		wait_seq;		/* its wait, should the slot be reused */
+	int			ttl_ms;			/* the TTL it asked for */
+	char		value[RL_OWNER_LEN + 1];	/* the value it offered */
+} RlClaim;
+
+extern void rl_lock_table_offer(int slot, int ttl_ms, const char *value);
+extern RlHandoffOutcome rl_lock_table_withdraw_offer(int slot, RlHandoff *ho,
+													 char *value);
+extern bool rl_lock_table_abandon_offer(int slot, char *value, char *key);
+extern bool rl_lock_table_claim_offer(int holder_slot, const char *resource,
+									  const char *key, RlClaim *claim);
+extern bool rl_lock_table_hand_over(const RlClaim *claim, const RlHandoff *ho);
+
+/* a handoff by a holder on another server: lock_table_remote.c */
+extern bool rl_handoff_remote_possible(int slot);
+extern void rl_handoff_remote_offer(int slot, const RlOffer *offer);
+extern void rl_handoff_remote_nodes(uint64_t nodes);
+extern void rl_handoff_remote_heard(int node, const char *key,
+									const char *value, int64 counter,
+									uint32 free_nodes,
+									int64_t free_since_us);
+extern long rl_handoff_remote_due(void);
+
+/* the background workers: lock_table_workers.c */
+extern void rl_lock_table_set_worker(RlWorkerRole role, bool running);
+extern int	rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max);
+extern void rl_lock_table_wake_key(const char *key, size_t keylen);
 
 #endif							/* REDLOCK_LOCK_TABLE_H */

@@ -15,8 +15,9 @@
  * The hash is hash_bytes() over the key's bytes, the one SQL's hashtext()
  * computes: a test can pick keys that share a bucket.
  *
- * Every function here expects the table's LWLock: exclusive to change a
- * chain, shared at least to walk one.
+ * Every function here works on the table it is given (the lock table's
+ * files give it rl_table) and expects the table's LWLock: exclusive to
+ * change a chain, shared at least to walk one.
  *
  *-------------------------------------------------------------------------
  */
@@ -64,48 +65,48 @@ rl_key_hash(const char *key)
 
 /* The first slot of the chain where key's slots are (others too), or -1. */
 int
-rl_key_chain(const char *key, uint32 *hash)
+rl_key_chain(const RlLockTable *t, const char *key, uint32 *hash)
 {
 	*hash = rl_key_hash(key);
-	return rl_table->buckets[*hash & (rl_table->nbuckets - 1)];
+	return t->buckets[*hash & (t->nbuckets - 1)];
 }
 
 /* Take a free slot (not yet in a chain), or -1 when all are in use. */
 int
-rl_index_alloc(void)
+rl_index_alloc(RlLockTable *t)
 {
-	int			slot = rl_table->free_head;
+	int			slot = t->free_head;
 
 	if (slot >= 0)
 	{
-		rl_table->free_head = rl_table->slots[slot].chain_next;
-		rl_table->slots[slot].chain_next = -1;
+		t->free_head = t->slots[slot].chain_next;
+		t->slots[slot].chain_next = -1;
 	}
 	return slot;
 }
 
 /* Chain a slot in use by its key (s->key set). */
 void
-rl_index_link(int slot)
+rl_index_link(RlLockTable *t, int slot)
 {
-	RlSlot	   *s = &rl_table->slots[slot];
+	RlSlot	   *s = &t->slots[slot];
 	int		   *head;
 
 	s->key_hash = rl_key_hash(s->key);
-	head = &rl_table->buckets[s->key_hash & (rl_table->nbuckets - 1)];
+	head = &t->buckets[s->key_hash & (t->nbuckets - 1)];
 	s->chain_next = *head;
 	*head = slot;
 }
 
 /* Take a slot out of its key's chain. */
 void
-rl_index_unlink(int slot)
+rl_index_unlink(RlLockTable *t, int slot)
 {
-	RlSlot	   *s = &rl_table->slots[slot];
-	int		   *link = &rl_table->buckets[s->key_hash & (rl_table->nbuckets - 1)];
+	RlSlot	   *s = &t->slots[slot];
+	int		   *link = &t->buckets[s->key_hash & (t->nbuckets - 1)];
 
 	while (*link >= 0 && *link != slot)
-		link = &rl_table->slots[*link].chain_next;
+		link = &t->slots[*link].chain_next;
 	Assert(*link == slot);
 	if (*link == slot)
 		*link = s->chain_next;
@@ -114,11 +115,11 @@ rl_index_unlink(int slot)
 
 /* Give back a slot out of its chain: free it. */
 void
-rl_index_free(int slot)
+rl_index_free(RlLockTable *t, int slot)
 {
-	RlSlot	   *s = &rl_table->slots[slot];
+	RlSlot	   *s = &t->slots[slot];
 
 	s->in_use = false;
-	s->chain_next = rl_table->free_head;
-	rl_table->free_head = slot;
+	s->chain_next = t->free_head;
+	t->free_head = slot;
 }

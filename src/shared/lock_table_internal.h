@@ -2,8 +2,12 @@
  *
  * lock_table_internal.h
  *	  The layout of the server-wide lease table in shared memory, for the
- *	  files that work on it: lock_table.c, lock_table_keep.c,
- *	  lock_table_index.c, handoff.c, handoff_remote.c and locks_view.c.
+ *	  files of the lock table's family, and only them: lock_table_index.c
+ *	  (the index by key), lock_table.c (the slots' life), lock_table_keep.c
+ *	  (keep-alive and extension rounds), lock_table_remote.c (a handoff by
+ *	  a holder on another server), lock_table_handoff.c (a waiter's offer
+ *	  and a local handoff) and lock_table_workers.c (the workers).  Every
+ *	  other file goes through their functions (lock_table.h).
  *
  *-------------------------------------------------------------------------
  */
@@ -17,16 +21,18 @@
 #include "shared/lock_table.h"
 #include "protocol/protocol.h"
 
-/* A waiting slot's offer to have the lease handed over at release. */
+/* A waiting slot's offer to have the lease handed over at release
+ * (lock_table_handoff.c). */
 typedef enum RlHandoffState
 {
 	RL_HANDOFF_NONE,			/* no offer: the waiter is not asleep */
-	RL_HANDOFF_OFFERED,			/* asleep, its lock value in owner */
+	RL_HANDOFF_OFFERED,			/* asleep, the value offered in offered */
 	RL_HANDOFF_RUNNING,			/* a releasing holder runs the round */
 	RL_HANDOFF_DONE				/* the round's outcome is in handoff_result */
 } RlHandoffState;
 
-/* What the wake-up worker heard of a waiting slot's offer on the nodes. */
+/* What the wake-up worker heard of a waiting slot's offer on the nodes
+ * (lock_table_remote.c). */
 typedef enum RlRemoteState
 {
 	RL_REMOTE_NONE,				/* nothing yet */
@@ -84,16 +90,18 @@ typedef struct RlSlot
 	RlHandoffState handoff;
 	uint64_t	handoff_nodes;	/* the waiter's rl_nodes_fingerprint() */
 	RlHandoff	handoff_result; /* when RL_HANDOFF_DONE */
-	/* the offer its last attempt left on the nodes (handoff_remote.c) */
-	char		remote_owner[RL_OWNER_LEN + 1];	/* "" for none */
+	/* the offer its last attempt left on the nodes (lock_table_remote.c) */
+	char		remote_offered[RL_OWNER_LEN + 1];	/* its value, "" for none */
 	int64		remote_proposal;
 	int64_t		remote_since_us;	/* before that attempt was sent */
 	uint64_t	remote_nodes;	/* its rl_nodes_fingerprint() */
 	RlRemoteState remote;
 	RlHandoff	remote_result;
 	int64_t		collect_since_us;	/* when collecting began */
-	char		owner[RL_OWNER_LEN + 1];	/* the holder's, or the waiter's
-											 * offered lock value */
+	char		value[RL_OWNER_LEN + 1];	/* granted: the holder's lock
+											 * value */
+	char		offered[RL_OWNER_LEN + 1];	/* handoff: the value the waiter
+											 * offered to be handed */
 	char		key[RL_KEY_MAX + 1];
 	char		resource[RL_MAX_RESOURCE_LEN + 1];
 } RlSlot;
@@ -122,21 +130,22 @@ extern int	rl_my_procno(void);
 extern Latch *rl_latch_of(int procno);
 extern int	rl_first_waiter(const char *key, int skip);
 extern int	rl_first_waiter_on(const char *key, uint64_t nodes, int skip);
-extern int	rl_remote_done(RlSlot *s);
+extern void rl_remote_end_collecting(RlSlot *s);
 
 /*
  * The index by key (lock_table_index.c).  Walk the slots of one key with
- *		for (i = rl_key_chain(key, &hash); i >= 0; i = slots[i].chain_next)
+ *		for (i = rl_key_chain(t, key, &hash); i >= 0;
+ *			 i = t->slots[i].chain_next)
  * comparing key_hash and key: a chain holds other keys too.
  */
 extern Size rl_index_size(int nslots);
 extern void rl_index_init(RlLockTable *t, int *buckets);
 extern uint32 rl_key_hash(const char *key);
-extern int	rl_key_chain(const char *key, uint32 *hash);
-extern int	rl_index_alloc(void);
-extern void rl_index_link(int slot);
-extern void rl_index_unlink(int slot);
-extern void rl_index_free(int slot);
+extern int	rl_key_chain(const RlLockTable *t, const char *key, uint32 *hash);
+extern int	rl_index_alloc(RlLockTable *t);
+extern void rl_index_link(RlLockTable *t, int slot);
+extern void rl_index_unlink(RlLockTable *t, int slot);
+extern void rl_index_free(RlLockTable *t, int slot);
 
 #define RL_SLOT_OF_KEY(s, hash, key) \
 	((s)->key_hash == (hash) && strcmp((s)->key, (key)) == 0)

@@ -94,8 +94,7 @@ rl_lock_table_keep_alive_check(void)
 static void
 round_begin(RlSlot *s, int ttl_ms, int64_t now)
 {
-	int64_t		floor_us = now + (int64_t) ttl_ms * 1000 -
-		rl_drift_us(ttl_ms, rl_drift_factor);
+	int64_t		floor_us = rl_valid_until_us(now, ttl_ms, rl_drift_factor);
 
 	if (!s->worker_round && !s->backend_round)
 		s->rounds_floor_us = floor_us;
@@ -263,7 +262,7 @@ rl_lock_table_due(RlKeepAlive *due, int max, int64_t *next_us)
 		k->pid = s->pid;
 		k->ttl_ms = s->ttl_ms;
 		k->limit_s = s->keep_limit_s;
-		strlcpy(k->owner, s->owner, sizeof(k->owner));
+		strlcpy(k->owner, s->value, sizeof(k->owner));
 		strlcpy(k->key, s->key, sizeof(k->key));
 		strlcpy(k->resource, s->resource, sizeof(k->resource));
 		n++;
@@ -305,7 +304,7 @@ rl_lock_table_extended(const RlKeepAlive *k, RlKeepOutcome outcome)
 	s = &rl_table->slots[k->slot];
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	if (s->in_use && s->granted && s->pid == k->pid && s->worker_round &&
-		strcmp(s->owner, k->owner) == 0)
+		strcmp(s->value, k->owner) == 0)
 	{
 		s->worker_round = false;
 		round_end(s, outcome == RL_KEEP_EXTENDED);

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * health.c
- *	  What the nodes say: redlock_nodes(), what each configured Redis node
- *	  looks like from here, and redlock_holder(), who holds a resource.
+ *	  redlock_nodes(): what each configured Redis node looks like from here.
+ *	  (Who holds a resource, redlock_holder(): holder.c.)
  *
  * Probes every node (PING for the round trip, INFO and CONFIG GET save for
  * its settings) and warns about settings that make locks unsafe, as read
@@ -12,7 +12,6 @@
  */
 #include "postgres.h"
 
-#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -21,10 +20,8 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-#include "lease/lifecycle.h"
+#include "lease/session_nodes.h"
 #include "net/nodes.h"
-#include "protocol/protocol.h"
-#include "sql/lease_sql.h"
 
 /*
  * Columns of redlock_nodes(); 1.1 added the last two, server and
@@ -179,7 +176,7 @@ redlock_nodes(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (rl_node_list == NULL || rl_node_list->count == 0)
 		return (Datum) 0;
-	rl_nodes_ready();
+	rl_session_nodes_ready();
 
 	probe(&ping, 1, ping_argv, ping_len);
 	probe(&info, 1, info_argv, info_len);
@@ -274,74 +271,6 @@ redlock_nodes(PG_FUNCTION_ARGS)
 			values[8] = CStringGetTextDatum(ping.results[i].vote == RL_VOTE_PENDING ?
 											"no answer" : ping.results[i].detail);
 
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	return (Datum) 0;
-}
-
-/*
- * redlock_holder(resource): who holds it, as each node that has its lock
- * says, whichever server took it.  The lock value names its holder (see
- * rl_proto_new_owner() in protocol.c): the server's system identifier and
- * start time, the database and the process.  "This server" is the one with
- * both: a standby made with pg_basebackup shares its primary's system
- * identifier, not its start time.  Values from before version 1.1 name
- * nobody.
- */
-PG_FUNCTION_INFO_V1(redlock_holder);
-
-Datum
-redlock_holder(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char		key[RL_KEY_MAX + 1];
-	char		resource[RL_MAX_RESOURCE_LEN + 1];
-	RlRequest	req;
-
-	rl_resource_arg(fcinfo, 0, resource);
-	InitMaterializedSRF(fcinfo, 0);
-	rl_nodes_ready();
-	rl_proto_holder(key, rl_lock_key(key, resource), &req);
-
-	for (int i = 0; i < req.nnodes; i++)
-	{
-		const char *answer = req.results[i].reply_text;
-		Datum		values[8];
-		bool		nulls[8] = {0};
-		char		owner[RL_OWNER_LEN + 1];
-		uint64		sysid;
-		int64		started;
-		unsigned int dbid;
-		int			pid;
-		long		pttl;
-
-		if (req.results[i].vote != RL_VOTE_YES || answer == NULL || answer[0] == '\0')
-			continue;			/* unreachable, or nobody holds it there */
-		values[0] = CStringGetTextDatum(rl_node_name(i));
-		if (sscanf(answer, "%100s %ld", owner, &pttl) == 2 &&
-			sscanf(owner + Min(strlen(owner), RL_OWNER_RANDOM_LEN),
-				   ":" UINT64_FORMAT ":" INT64_FORMAT ":%u:%d",
-				   &sysid, &started, &dbid, &pid) == 4)
-		{
-			values[1] = Int64GetDatum((int64) sysid);
-			values[2] = ObjectIdGetDatum((Oid) dbid);
-			values[3] = Int32GetDatum(pid);
-			values[7] = TimestampTzGetDatum((TimestampTz) started);
-		}
-		else
-		{
-			nulls[1] = nulls[2] = nulls[3] = nulls[7] = true;
-			if (sscanf(answer, "%*s %ld", &pttl) != 1)
-				pttl = -1;
-		}
-		if (pttl >= 0)
-			values[4] = Int32GetDatum((int32) Min(pttl, PG_INT32_MAX));
-		else
-			nulls[4] = true;
-		values[5] = BoolGetDatum(!nulls[1] &&
-								 sysid == GetSystemIdentifier() &&
-								 started == (int64) PgStartTime);
-		values[6] = CStringGetTextDatum(key);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

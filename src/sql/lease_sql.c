@@ -2,7 +2,8 @@
  *
  * lease_sql.c
  *	  The SQL-callable lease functions: lock, try-lock, unlock, extend and
- *	  the redlock_leases view, with their argument checks and errors.
+ *	  the redlock_leases view, with their argument checks and errors.  (The
+ *	  acquire loop behind the lock calls: lease_acquire.c.)
  *
  *-------------------------------------------------------------------------
  */
@@ -18,13 +19,14 @@
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
-#include "shared/handoff.h"
-#include "sql/lease_sql.h"
-#include "lease/lease_wait.h"
-#include "lease/lifecycle.h"
-#include "shared/lock_table.h"
+#include "lease/lease_acquire.h"
+#include "lease/lease_release.h"
+#include "lease/lease_report.h"
 #include "lease/registry.h"
+#include "lease/session_nodes.h"
+#include "shared/lock_table.h"
 #include "shared/stats.h"
+#include "sql/lease_sql.h"
 
 /* ---------- argument checks ---------- */
 
@@ -91,80 +93,7 @@ refuse_in_parallel_mode(const char *function)
 				 errhint("Mark the function that calls %s() PARALLEL UNSAFE.", function)));
 }
 
-/* ---------- error reports ---------- */
-
-/* Append "node: outcome" lines for errdetail. */
-void
-rl_describe_nodes(StringInfo buf, const RlRequest *req)
-{
-	for (int i = 0; i < req->nnodes; i++)
-	{
-		const RlNodeResult *res = &req->results[i];
-
-		appendStringInfo(buf, "\n%s: %s", rl_node_name(i),
-						 res->vote == RL_VOTE_PENDING ?
-						 "not waited for (outcome already decided)" : res->detail);
-	}
-}
-
-static bool
-any_protocol_error(const RlRequest *req)
-{
-	for (int i = 0; i < req->nnodes; i++)
-		if (req->results[i].protocol_error)
-			return true;
-	return false;
-}
-
-/* A majority could not answer an acquire (or an extend): raise. */
-static void
-report_unavailable(const char *resource, const RlRequest *req, bool extending)
-{
-	StringInfoData nodes;
-
-	initStringInfo(&nodes);
-	rl_describe_nodes(&nodes, req);
-
-	if (any_protocol_error(req))
-	{
-		rl_stats_count(RL_STAT_REFUSED_ERROR);
-		ereport(ERROR,
-				(errcode(ERRCODE_REDLOCK_PROTOCOL),
-				 extending ?
-				 errmsg("could not extend lease on \"%s\": Redis nodes answered with errors",
-						resource) :
-				 errmsg("could not acquire lease on \"%s\": Redis nodes answered with errors",
-						resource),
-				 errdetail_internal("%s", nodes.data + 1),
-				 errhint("%s", rl_nodes_error_hint(req, "Check the nodes' logs, redlock.username and redlock.password."))));
-	}
-	rl_stats_count(RL_STAT_REFUSED_NO_QUORUM);
-	ereport(ERROR,
-			(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
-			 extending ?
-			 errmsg("could not extend lease on \"%s\": fewer than a majority of Redis nodes could answer",
-					resource) :
-			 errmsg("could not acquire lease on \"%s\": fewer than a majority of Redis nodes could answer",
-					resource),
-			 errdetail_plural("%d of %d nodes failed; a majority is %d.%s",
-							  "%d of %d nodes failed; a majority is %d.%s",
-							  req->tally.failed,
-							  req->tally.failed, req->nnodes,
-							  rl_majority(req->nnodes), nodes.data),
-			 errhint("%s", rl_nodes_error_hint(req, "Check that the nodes in redlock.nodes are running and reachable."))));
-}
-
-/* ---------- acquire ---------- */
-
-static void
-add_hold(RlLease *lease, bool xact)
-{
-	if (xact && lease->xact_holds++ == 0)
-		lease->xact_subid = GetCurrentSubTransactionId();
-	else if (!xact)
-		lease->session_holds++;
-	rl_registry_holds_changed(lease);
-}
+/* ---------- lock calls ---------- */
 
 /* keep_alive argument: absent (the 1.0 signatures) means false. */
 static bool
@@ -197,168 +126,20 @@ wait_ms_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * Take (or re-enter) a lease.  Returns the token, or -1 when try_only and
- * the resource is held elsewhere.  wait_ms: -1 for no limit of its own.
- * keep_alive: the keep-alive worker extends it while this backend lives.
+ * A lock call: the resource and TTL arguments, then the lease
+ * (lease_acquire.c).  wait_ms: -1 for no limit of its own.
  */
 static int64
 acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 		bool keep_alive)
 {
 	char		resource[RL_MAX_RESOURCE_LEN + 1];
-	char		key[RL_KEY_MAX + 1];
-	int			keylen;
 	int			ttl_ms;
-	RlLease    *lease;
-	RlGrant		grant;
-	int64_t		started_us;
-	int			slot;
-	RlRequest	req;
-	bool		asked = false;
-	bool		announced = false;
-	RlWaiter	waiter;
 
 	rl_resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
-	if (keep_alive && !rl_lock_table_enabled())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("keep_alive needs redlock in shared_preload_libraries"),
-				 errdetail("Leases are kept alive by a background worker, which only runs when redlock is preloaded."),
-				 errhint("Add redlock to shared_preload_libraries and restart the server, or extend the lease with redlock_extend().")));
-	rl_nodes_ready();
-	if (keep_alive)
-		rl_lock_table_keep_alive_check();
-
-	lease = rl_registry_find(resource);
-	if (lease != NULL && lease->state == RL_LEASE_RELEASING)
-	{
-		/* its release belongs to the node layer: never held again */
-		rl_registry_forget(lease);
-		lease = NULL;
-	}
-	if (lease != NULL && rl_registry_valid_until(lease) > rl_now_us())
-	{
-		lease->keep_alive |= keep_alive;
-		add_hold(lease, xact);
-		return lease->token;
-	}
-
-	/*
-	 * Our own expired lease may still sit on some nodes: release it ahead
-	 * of the new attempt, on the same connections, so it is applied first.
-	 */
-	if (lease != NULL)
-	{
-		RlReleaseItem item = {lease->key, lease->keylen, lease->owner};
-
-		/* from now on it can never count as valid again, holds aside */
-		rl_registry_expired(lease);
-		rl_proto_release(&item, 1, false, false, 0, NULL, &req);
-	}
-
-	keylen = rl_lock_key(key, resource);
-	started_us = rl_now_us();
-	rl_stats_count(RL_STAT_ACQUIRES);
-	slot = rl_registry_begin_acquire(resource, key);
-	waiter.resource = resource;
-	waiter.key = key;
-	waiter.keylen = keylen;
-	waiter.ttl_ms = ttl_ms;
-	waiter.slot = slot;
-	waiter.started_us = started_us;
-	waiter.wait_ms = wait_ms;
-	memset(&waiter.offer, 0, sizeof(waiter.offer));
-	for (;;)
-	{
-		RlAttempt	r;
-
-		/*
-		 * First come, first served among the waiters of this server; and
-		 * while a backend of this server holds the lease, asking the nodes
-		 * would only be refused: wait for its release (or expiry) instead.
-		 */
-		if (!try_only && (!rl_lock_table_first_waiter(slot) ||
-						  rl_lock_table_holder_expiry(key) > rl_now_us()))
-		{
-			if (rl_wait_turn(&waiter, asked ? &req : NULL, &announced, &grant))
-				break;			/* handed over by the releasing holder */
-			continue;
-		}
-
-		/* a lock call that waits leaves its offer where it is refused */
-		if (!try_only && wait_ms != 0 && rl_handoff_remote_possible(slot))
-		{
-			rl_handoff_new_offer(slot, key, &waiter.offer);
-			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &waiter.offer,
-								 &grant, &req);
-			rl_handoff_attempted(&waiter.offer, &req);
-			if (r == RL_ATTEMPT_GRANTED)
-				rl_handoff_wait_end(key, grant.owner);
-		}
-		else if (!try_only && wait_ms != 0 && slot >= 0)
-		{
-			/* still asks a release to announce the lock free */
-			RlOffer		mark;
-
-			rl_handoff_mark_only(&mark);
-			r = rl_proto_acquire(resource, key, keylen, ttl_ms, &mark,
-								 &grant, &req);
-		}
-		else
-			r = rl_proto_acquire(resource, key, keylen, ttl_ms, NULL,
-								 &grant, &req);
-		asked = true;
-		if (r == RL_ATTEMPT_GRANTED)
-			break;
-		if (r == RL_ATTEMPT_UNAVAILABLE)
-		{
-			rl_stats_acquire_latency(rl_now_us() - started_us);
-			report_unavailable(resource, &req, false);
-		}
-		if (try_only)
-		{
-			rl_stats_acquire_latency(rl_now_us() - started_us);
-			if (r == RL_ATTEMPT_EXPIRED)
-			{
-				rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
-				ereport(ERROR,
-						(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
-						 errmsg("lease on \"%s\" expired before it was granted", resource),
-						 errdetail("Acquiring took longer than the TTL of %d ms less the drift allowance.",
-								   ttl_ms),
-						 errhint("Use a longer TTL.")));
-			}
-			rl_stats_count(RL_STAT_REFUSED_HELD);
-			/* an expired lease we could not renew keeps its holds */
-			rl_registry_end_acquire(NULL);
-			return -1;
-		}
-		if (rl_wait_turn(&waiter, &req, &announced, &grant))
-			break;
-	}
-
-	rl_stats_count(RL_STAT_GRANTS);
-	rl_stats_acquire_latency(rl_now_us() - started_us);
-
-	/* an expired lease being renewed keeps its holds */
-	lease = rl_registry_find(resource);
-	if (lease == NULL)
-		lease = rl_registry_enter(resource);
-	lease->state = RL_LEASE_HELD;
-	memcpy(lease->key, key, keylen + 1);
-	lease->keylen = keylen;
-	memcpy(lease->owner, grant.owner, RL_OWNER_LEN + 1);
-	lease->token = grant.token;
-	lease->ttl_ms = ttl_ms;
-	lease->valid_until_us = grant.valid_until_us;
-	lease->keep_alive |= keep_alive;
-	if (xact && lease->xact_holds++ == 0)
-		lease->xact_subid = GetCurrentSubTransactionId();
-	else if (!xact)
-		lease->session_holds++;
-	rl_registry_end_acquire(lease);
-	return lease->token;
+	return rl_lease_acquire(resource, ttl_ms, xact, try_only, wait_ms,
+							keep_alive);
 }
 
 /* ---------- SQL functions ---------- */
@@ -424,7 +205,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 
 	refuse_in_parallel_mode("redlock_unlock");
 	rl_resource_arg(fcinfo, 0, resource);
-	rl_nodes_ready();
+	rl_session_nodes_ready();
 
 	lease = rl_registry_held(resource);
 	if (lease == NULL || lease->session_holds == 0)
@@ -445,7 +226,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 				 errmsg("lease on \"%s\" had expired before it was released", resource),
 				 errdetail("Its fencing token %lld may since have been superseded.",
 						   (long long) lease->token)));
-	if (!rl_registry_release_one(lease, false, &req) && left_ms > 0)
+	if (!rl_lease_release_one(lease, false, &req) && left_ms > 0)
 	{
 		StringInfoData nodes;
 
@@ -468,8 +249,8 @@ redlock_unlock_all(PG_FUNCTION_ARGS)
 	refuse_in_parallel_mode("redlock_unlock_all");
 	if (rl_registry_count() > 0)
 	{
-		rl_nodes_ready();
-		(void) rl_registry_release(RL_DROP_SESSION, InvalidSubTransactionId,
+		rl_session_nodes_ready();
+		(void) rl_lease_release(RL_DROP_SESSION, InvalidSubTransactionId,
 								   false);
 	}
 	PG_RETURN_VOID();
@@ -519,7 +300,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 	refuse_in_parallel_mode("redlock_extend");
 	rl_resource_arg(fcinfo, 0, resource);
 	ttl_ms = ttl_arg(fcinfo, 1);
-	rl_nodes_ready();
+	rl_session_nodes_ready();
 
 	lease = rl_registry_held(resource);
 	if (lease == NULL)
@@ -550,13 +331,12 @@ redlock_extend(PG_FUNCTION_ARGS)
 	until = rl_lock_table_extend_end(lease->shm_slot, ttl_ms,
 									 decision == RL_WON && validity_us > 0);
 	if (until < 0)				/* no lock table: this round alone */
-		until = start_us + (int64_t) ttl_ms * 1000 -
-			rl_drift_us(ttl_ms, rl_drift_factor);
+		until = rl_valid_until_us(start_us, ttl_ms, rl_drift_factor);
 
 	if (decision == RL_UNAVAILABLE)
 	{
 		rl_stats_count(RL_STAT_EXTEND_FAILURES);
-		report_unavailable(resource, &req, true);
+		rl_report_unavailable(resource, &req, true);
 	}
 	if (decision != RL_WON)
 		lease_lost(lease, resource, "a majority of nodes no longer has it", &req);

@@ -17,9 +17,10 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-#include "shared/lock_table_internal.h"
+#include "shared/lock_table.h"
 
 PG_FUNCTION_INFO_V1(redlock_locks);
 
@@ -29,10 +30,10 @@ redlock_locks(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int64_t		now_us = rl_now_us();
 	TimestampTz now = GetCurrentTimestamp();
-	RlSlot	   *copy;
-	int			ncopy = 0;
+	RlLockRow  *rows;
+	int			nrows;
 
-	if (rl_table == NULL)
+	if (!rl_lock_table_enabled())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the redlock lease table is not available"),
@@ -41,21 +42,12 @@ redlock_locks(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 
-	/* copy the rows in use first: no output work under the table's lock */
-	LWLockAcquire(rl_table->lock, LW_SHARED);
-	for (int i = 0; i < rl_table->nslots; i++)
-		if (rl_table->slots[i].in_use)
-			ncopy++;
-	copy = palloc_extended(sizeof(RlSlot) * Max(ncopy, 1), MCXT_ALLOC_HUGE);
-	ncopy = 0;
-	for (int i = 0; i < rl_table->nslots; i++)
-		if (rl_table->slots[i].in_use)
-			copy[ncopy++] = rl_table->slots[i];
-	LWLockRelease(rl_table->lock);
+	/* a copy of the rows: no output work under the table's lock */
+	nrows = rl_lock_table_rows(&rows);
 
-	for (int i = 0; i < ncopy; i++)
+	for (int i = 0; i < nrows; i++)
 	{
-		RlSlot	   *s = &copy[i];
+		const RlLockRow *s = &rows[i];
 		Datum		values[14];
 		bool		nulls[14] = {0};
 
@@ -88,6 +80,6 @@ redlock_locks(PG_FUNCTION_ARGS)
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	pfree(copy);
+	pfree(rows);
 	return (Datum) 0;
 }

@@ -6,7 +6,7 @@
  *
  * It subscribes, on every node, to the channels of the lock keys that
  * backends of this server wait for; every release publishes on its key's
- * channel (protocol.c).  A release publishes on each node it reaches, so
+ * channel (protocol_release.c).  A release publishes on each node it reaches, so
  * one release is heard up to once per node: the first waiter here is woken
  * once a majority of the nodes have announced it (before that the lock is
  * not free where it counts, and asking would only be refused), or
@@ -37,8 +37,6 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
-#include "shared/handoff.h"
-#include "lease/lifecycle.h"
 #include "shared/lock_table.h"
 #include "net/nodes.h"
 #include "workers/worker.h"
@@ -123,8 +121,8 @@ forget_all(HTAB *notes)
 /*
  * A message on a lock key's channel: empty for a release that left the lock
  * free, "value counter" for one that handed it to the waiter whose
- * offer was on the node (protocol.c).  The lock is not free then: only the
- * waiter named hears of it (handoff_remote.c).
+ * offer was on the node (protocol_release.c).  The lock is not free then: only the
+ * waiter named hears of it (lock_table_remote.c).
  */
 static void
 on_message(int node, const char *key, const char *payload, size_t len)
@@ -326,7 +324,7 @@ redlock_wakeup_main(Datum main_arg)
 				forget_all(rl_heard);
 				forget_all(rl_fresh);
 			}
-			rl_nodes_ready();
+			rl_worker_nodes_ready();
 			nwanted = keys_wanted(awaited,
 								  rl_lock_table_awaited_keys(awaited, RL_WAKEUP_MAX_KEYS),
 								  wanted);

@@ -41,7 +41,6 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
-#include "lease/lifecycle.h"
 #include "shared/lock_table.h"
 #include "protocol/protocol.h"
 #include "base/wait_events.h"
@@ -107,6 +106,37 @@ bool
 rl_worker_nodes_configured(void)
 {
 	return rl_node_list != NULL && rl_node_list->count > 0;
+}
+
+/*
+ * Worker exit: let the nodes take what is still in flight before the
+ * connections close (bounded by node_timeout).
+ */
+static void
+worker_nodes_exit(int code, Datum arg)
+{
+	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
+	rl_nodes_disconnect_all();
+}
+
+/*
+ * Both workers, when rl_worker_nodes_configured(): connect to the node
+ * list of the server configuration, renewed when it changed.  A worker
+ * holds no lease of its own, so unlike a session (session_nodes.c) it has
+ * nothing to release at the switch.
+ */
+void
+rl_worker_nodes_ready(void)
+{
+	static bool exit_registered = false;
+
+	if (!exit_registered)
+	{
+		before_shmem_exit(worker_nodes_exit, (Datum) 0);
+		exit_registered = true;
+	}
+	if (rl_nodes_config_changed())
+		rl_nodes_apply_config();
 }
 
 /*
@@ -212,7 +242,7 @@ redlock_worker_main(Datum main_arg)
 
 		/* the node list this worker keeps leases on, for the backends */
 		if (rl_worker_nodes_configured())
-			rl_nodes_ready();
+			rl_worker_nodes_ready();
 		rl_lock_table_keepalive_nodes(rl_worker_nodes_configured() ?
 									  rl_lock_table_nodes() : 0);
 

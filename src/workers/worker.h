@@ -16,6 +16,7 @@ extern void rl_worker_register(void);
 extern void rl_worker_start(RlWorkerRole role);
 extern void rl_worker_reload_config(void);
 extern bool rl_worker_nodes_configured(void);
+extern void rl_worker_nodes_ready(void);
 
 PGDLLEXPORT void redlock_worker_main(Datum main_arg);
 PGDLLEXPORT void redlock_wakeup_main(Datum main_arg);

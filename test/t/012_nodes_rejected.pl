@@ -9,8 +9,8 @@
 #            force. The host "127.0.0.256" of entry 1 is not a valid IPv4
 #            address.
 #
-# guc.c remembers the refusal (rl_nodes_rejected_reason()); lease.c's
-# rl_nodes_ready() raises the error.  Covers a restart, a reload, a session
+# guc.c remembers the refusal (rl_nodes_rejected_reason()); session_nodes.c's
+# rl_session_nodes_ready() raises the error.  Covers a restart, a reload, a session
 # that loads the library itself, connection options, and that an
 # interactive SET is never taken for the configuration.
 use strict;

@@ -544,6 +544,30 @@ test_validity(void)
 				  rl_validity_us(30000, e, 0.01) - 1);
 	}
 	CLEARCTX();
+
+	/* the end of the validity: start + TTL - drift */
+	CHECK_I64(rl_valid_until_us(1000000, 30000, 0.01), ==,
+			  1000000 + 30000000 - 302000);
+	CHECK_I64(rl_valid_until_us(0, 1000, 0.0), ==, 1000000 - 2000);
+	CHECK_I64(rl_valid_until_us(INT64_C(5000000000), 10, 0.01), ==,
+			  INT64_C(5000000000) + 10000 - 2100);
+
+	/* gone from the nodes: the validity, the drift again, and 5 ms */
+	CHECK_I64(rl_gone_from_nodes_us(1000000, 30000, 0.01), ==,
+			  1000000 + 302000 + 5000);
+	CHECK_I64(rl_gone_from_nodes_us(0, 1000, 0.0), ==, 2000 + 5000);
+
+	/* for any start: 5 ms after the TTL counted from the round's start */
+	for (int64_t s = 0; s < INT64_C(100000000000); s += INT64_C(7777777777))
+	{
+		SETCTX("start=%" PRId64, s);
+		CHECK_I64(rl_valid_until_us(s, 30000, 0.01), ==,
+				  s + rl_validity_us(30000, 0, 0.01));
+		CHECK_I64(rl_gone_from_nodes_us(rl_valid_until_us(s, 30000, 0.01),
+										30000, 0.01), ==,
+				  s + 30000000 + 5000);
+	}
+	CLEARCTX();
 }
 
 /* ---------- 3. counters as decimal strings ---------- */

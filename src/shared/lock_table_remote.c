@@ -1,12 +1,13 @@
 /*-------------------------------------------------------------------------
  *
- * handoff_remote.c
+ * lock_table_remote.c
  *	  The wake-up worker's part in a handoff by a holder on another server:
- *	  gathering the nodes' word on it for the waiter.
+ *	  gathering the nodes' word on it for the waiter; and the offer each
+ *	  attempt of a waiter leaves on the nodes, recorded for it.
  *
  * A release on another server that finds our waiter's offer on a node
  * takes the lock there for the waiter and publishes "value counter"
- * (protocol_release.c, RELEASE_SCRIPT); one that finds no offer, or
+ * (protocol_release.c, RELEASE_HANDOVER_SCRIPT); one that finds no offer, or
  * another waiter's, publishes that instead.  The worker, subscribed to the
  * key, passes each message here.  The first one naming the offer a waiting
  * slot's last attempt left (asleep or not: the release may come while the
@@ -28,14 +29,57 @@
  */
 #include "postgres.h"
 
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+
 #include "base/guc.h"
-#include "shared/handoff.h"
 #include "shared/lock_table_internal.h"
 
 #define RL_WAKE_MAX 64			/* waiters woken by one look */
 
 /* a collection may be under way (the worker may have restarted) */
 static bool rl_collecting = true;
+
+/*
+ * Can the attempts of a lock call that waits leave its offer on the nodes?
+ * Only when the wake-up worker listens to the same nodes as the session,
+ * in the same order: it gathers their word for us.
+ */
+bool
+rl_handoff_remote_possible(int slot)
+{
+	uint64_t	nodes;
+
+	if (rl_table == NULL || slot < 0)
+		return false;
+	LWLockAcquire(rl_table->lock, LW_SHARED);
+	nodes = rl_table->wakeup_nodes;
+	LWLockRelease(rl_table->lock);
+	return nodes != 0 && nodes == rl_nodes_fingerprint();
+}
+
+/*
+ * Before an attempt of a lock call that waits (rl_handoff_remote_possible
+ * said yes): the offer it leaves on the nodes, whose fate the worker
+ * gathers from now on.  What it heard of the previous offer since the
+ * waiter last looked is dropped (the latch it set costs one spurious
+ * wake-up): this attempt takes back a lock handed to it, or replaces it on
+ * the nodes.
+ */
+void
+rl_handoff_remote_offer(int slot, const RlOffer *offer)
+{
+	RlSlot	   *s = &rl_table->slots[slot];
+
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	Assert(s->handoff == RL_HANDOFF_NONE);
+	strlcpy(s->remote_offered, offer->offered, sizeof(s->remote_offered));
+	s->remote_proposal = offer->proposal;
+	s->remote_since_us = offer->since_us;
+	s->remote_nodes = rl_nodes_fingerprint();
+	s->remote = RL_REMOTE_NONE;
+	LWLockRelease(rl_table->lock);
+}
 
 /* The wake-up worker listens to these nodes (0: none). */
 void
@@ -52,11 +96,12 @@ rl_handoff_remote_nodes(uint64_t nodes)
 }
 
 /*
- * Lock held.  The outcome goes to the waiter, whose procno is returned (to
- * set its latch).  Also the waiter's, when the worker is long overdue.
+ * Lock held.  The collection ends: its outcome goes to the waiter, whose
+ * latch the caller sets (s->procno).  Also by the waiter itself, when the
+ * worker is long overdue (rl_lock_table_withdraw_offer).
  */
-int
-rl_remote_done(RlSlot *s)
+void
+rl_remote_end_collecting(RlSlot *s)
 {
 	RlHandoff  *ho = &s->remote_result;
 
@@ -65,18 +110,17 @@ rl_remote_done(RlSlot *s)
 			ho->votes[i] = RL_VOTE_FAILED;
 	s->remote = RL_REMOTE_DONE;
 	s->woken = true;
-	return s->procno;
 }
 
 /*
- * Node node says that key was released and handed to owner (with the
- * counter before), or left free (owner NULL).  free_nodes: the nodes that
+ * Node node says that key was released and handed to value (with the
+ * counter before), or left free (value NULL).  free_nodes: the nodes that
  * said the key was left free, since free_since_us (messages from the nodes
  * come in any order, and those before the first word of a handoff to us
  * would be lost).
  */
 void
-rl_handoff_remote_heard(int node, const char *key, const char *owner,
+rl_handoff_remote_heard(int node, const char *key, const char *value,
 						int64 counter, uint32 free_nodes,
 						int64_t free_since_us)
 {
@@ -88,22 +132,22 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 	uint32		hash;
 
 	if (rl_table == NULL || node < 0 || node >= nnodes ||
-		(owner == NULL && !rl_collecting))
+		(value == NULL && !rl_collecting))
 		return;					/* a free lock concerns no collection */
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
-	for (int i = rl_key_chain(key, &hash); i >= 0 && nwake < RL_WAKE_MAX;
-		 i = rl_table->slots[i].chain_next)
+	for (int i = rl_key_chain(rl_table, key, &hash);
+		 i >= 0 && nwake < RL_WAKE_MAX; i = rl_table->slots[i].chain_next)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 		RlHandoff  *ho = &s->remote_result;
 		bool		ours;
 		RlTally		t;
 
-		if (s->granted || s->remote_owner[0] == '\0' ||
+		if (s->granted || s->remote_offered[0] == '\0' ||
 			!RL_SLOT_OF_KEY(s, hash, key) ||
 			s->remote_nodes != rl_table->wakeup_nodes)
 			continue;
-		ours = owner != NULL && strcmp(s->remote_owner, owner) == 0;
+		ours = value != NULL && strcmp(s->remote_offered, value) == 0;
 		if (s->remote == RL_REMOTE_NONE && ours)
 		{
 			/* the first word of a handoff to this offer */
@@ -134,7 +178,10 @@ rl_handoff_remote_heard(int node, const char *key, const char *owner,
 			ho->votes[node] = RL_VOTE_NO;
 		t = rl_tally(ho->votes, nnodes);
 		if (t.yes >= majority || t.no > nnodes - majority || t.pending == 0)
-			wake[nwake++] = rl_remote_done(s);
+		{
+			rl_remote_end_collecting(s);
+			wake[nwake++] = s->procno;
+		}
 	}
 	LWLockRelease(rl_table->lock);
 	for (int i = 0; i < nwake; i++)
@@ -166,7 +213,10 @@ rl_handoff_remote_due(void)
 		if (!s->in_use || s->granted || s->remote != RL_REMOTE_COLLECTING)
 			continue;
 		if (s->collect_since_us + after <= now)
-			wake[nwake++] = rl_remote_done(s);
+		{
+			rl_remote_end_collecting(s);
+			wake[nwake++] = s->procno;
+		}
 		else
 		{
 			any = true;

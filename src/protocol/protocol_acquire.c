@@ -1,9 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * protocol.c
- *	  The Redlock protocol for a lock changing hands: acquire, release and
- *	  the handoff of a released lock to a waiter, with their Lua scripts.
- *	  (Extending and asking who holds a lock: protocol_extend.c.)
+ * protocol_acquire.c
+ *	  The Redlock protocol for taking a lock: an attempt's round, and the
+ *	  settling of a round won (ours, or a releasing holder's handoff to
+ *	  us): token choice, write-back and validity, with their Lua scripts.
+ *	  (Releasing: protocol_release.c; handing over: protocol_handoff.c;
+ *	  extending and asking who holds a lock: protocol_extend.c; the values
+ *	  and keys the scripts are given: protocol_values.c.)
  *
  * A lease is taken with the Redlock algorithm: one random owner value is
  * set with NX and a TTL on every node at once, and the lease is granted when
@@ -15,7 +18,7 @@
  *
  * Releases (protocol_release.c) are owner-checked and must-deliver.  A
  * release that finds a waiter of this server asleep hands the lock to it
- * in the same script (handoff.c, protocol_handoff.c).
+ * in the same script (lease_handoff.c, protocol_handoff.c).
  *
  * A waiter on another server is handed the lock by the release script
  * itself: the waiter's refused attempt leaves its offer (a fresh lock value
@@ -24,25 +27,14 @@
  * every node that refused it; a release (protocol_release.c) that finds
  * the marker and an offer sets W in the same script, exactly as an acquire
  * would, and publishes "W counter" instead of announcing a free lock.  The
- * waiter's wake-up worker collects those messages (handoff_remote.c) and
+ * waiter's wake-up worker collects those messages (lock_table_remote.c) and
  * the waiter settles them as its own attempt.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include <sys/time.h>
-
-#include "access/xlog.h"
-#include "miscadmin.h"
-#include "utils/builtins.h"
-#include "utils/timestamp.h"
-
 #include "protocol/protocol_internal.h"
-#include "shared/stats.h"
-
-#define RL_COUNTER_KEY_SUFFIX "token-counter:"
-#define RL_COUNTER_STRIPES	64	/* fixed: never grows with resources */
 
 /*
  * The scripts.  Counters are compared as decimal strings (longer is larger,
@@ -62,12 +54,12 @@ static const char ACQUIRE_SCRIPT[] =
  * ACQUIRE_SCRIPT for a lock call that waits, with the names of its
  * waiters' marker in ARGV[8] and of its offer hash in ARGV[7]: where the
  * lock is held, leave the marker (so that its release announces it,
- * RELEASE_SCRIPT) and the offer (value ARGV[4], the TTL, the proposal and
- * the counter's name) unless another waiter's is there or ARGV[4] is ''
+ * RELEASE_HANDOVER_SCRIPT) and the offer (value ARGV[4], the TTL, the
+ * proposal and the counter's name) unless another waiter's is there or ARGV[4] is ''
  * (a waiter that is not handed the lock over); ARGV[6] is their lifetime
  * (the marker's is never shortened).  ARGV[5] lists, separated by
  * spaces, the values of every earlier offer of the same wait that may
- * still be on a node (handoff.c, rl_handoff_new_offer): one of them is
+ * still be on a node (lease_handoff.c, rl_handoff_new_offer): one of them is
  * replaced, and a lock a release handed to one of them after we stopped
  * listening is taken back for this attempt.  The first attempt of a wait
  * (none earlier), when granted, costs nothing more than ACQUIRE_SCRIPT.
@@ -120,8 +112,6 @@ static const char WRITEBACK_SCRIPT[] =
 "if #t > #c or (#t == #c and t > c) then redis.call('SET', KEYS[2], t) end\n"
 "return 1\n";
 
-int64		rl_last_token = 0;
-
 /*
  * The acquiring state of a lease: an attempt whose outcome is not settled.
  * If an error interrupts it, the abort path releases what it may have set.
@@ -133,137 +123,6 @@ static struct
 	int			keylen;
 	char		owner[RL_OWNER_LEN + 1];
 } rl_in_flight;
-
-int64_t
-rl_proto_wall_clock_us(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64) tv.tv_sec * 1000000 + tv.tv_usec;
-}
-
-/*
- * A new lock value: 128 random bits, which make it ours alone, followed by
- * who holds it (this server's system identifier and the time it started,
- * the database and the process), so that redlock_holder() on any server can
- * say who holds a resource without any write beyond the lock itself.  The
- * start time tells apart servers that share a system identifier: a standby
- * made with pg_basebackup and its primary, or two runs of one server.
- */
-void
-rl_proto_new_owner(char *owner)
-{
-	uint8		bytes[RL_OWNER_RANDOM_LEN / 2];
-
-	if (!pg_strong_random(bytes, sizeof(bytes)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate a random lease owner")));
-	hex_encode((const char *) bytes, sizeof(bytes), owner);
-	snprintf(owner + RL_OWNER_RANDOM_LEN, RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN,
-			 ":" UINT64_FORMAT ":" INT64_FORMAT ":%u:%d",
-			 GetSystemIdentifier(), (int64) PgStartTime, MyDatabaseId, MyProcPid);
-}
-
-/*
- * The value an attempt's offer is handed: the attempt's own with 'w' for
- * its first (hexadecimal) character, so that it is never an attempt's, and
- * the release of the lease the attempt took removes it too (RELEASE_SCRIPT
- * derives it the same way).  The holder it names is the same.
- */
-void
-rl_offer_value(char *offer, const char *value)
-{
-	strlcpy(offer, value, RL_OWNER_LEN + 1);
-	offer[0] = 'w';
-}
-
-/* A token proposal: above every token this backend has seen. */
-int64
-rl_proto_new_proposal(void)
-{
-	return rl_propose_token(rl_proto_wall_clock_us(), rl_last_token);
-}
-
-/* The Redis key of a resource's lock. */
-int
-rl_lock_key(char *buf, const char *resource)
-{
-	return snprintf(buf, RL_KEY_MAX + 1, "%slock:%s", rl_key_prefix, resource);
-}
-
-/* ... and of the offer of a waiter on another server (RELEASE_SCRIPT) */
-int
-rl_offer_key(char *buf, const char *resource)
-{
-	return snprintf(buf, RL_KEY_MAX + 1, "%swait:%s", rl_key_prefix, resource);
-}
-
-/*
- * The fencing counter of a resource: one of a fixed set of counters per
- * node, chosen by a stable hash of the name (FNV-1a, the same on every
- * server), so that a resource always uses the same counter while grants of
- * unrelated resources seldom race on one.  Tokens are monotonic per
- * resource; storage stays fixed however many resources are ever locked.
- */
-int
-rl_counter_key(char *buf, const char *resource)
-{
-	uint32		hash = 2166136261u;
-
-	for (const unsigned char *c = (const unsigned char *) resource; *c; c++)
-	{
-		hash ^= *c;
-		hash *= 16777619u;
-	}
-	return snprintf(buf, RL_KEY_MAX + 1, "%s%s%u", rl_key_prefix,
-					RL_COUNTER_KEY_SUFFIX, hash % RL_COUNTER_STRIPES);
-}
-
-/* argv[0..2] of a script call: EVAL, the script, the number of keys */
-void
-rl_proto_eval_header(const char **argv, size_t *argvlen, const char *script,
-					 size_t scriptlen, const char *numkeys)
-{
-	argv[0] = "EVAL";
-	argvlen[0] = 4;
-	argv[1] = script;
-	argvlen[1] = scriptlen;
-	argv[2] = numkeys;
-	argvlen[2] = strlen(numkeys);
-}
-
-void
-rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
-					  int argc, const char **argv, const size_t *argvlen)
-{
-	memset(req, 0, sizeof(*req));
-	req->reply_kind = kind;
-	req->goal = goal;
-	req->argc = argc;
-	req->argv = argv;
-	req->argvlen = argvlen;
-}
-
-/*
- * argv[0..5] of a script on a resource's lock: EVAL, the script, 2 keys
- * (the lock and the resource's fencing counter, which goes in ckey) and
- * the first argument, a lock value.
- */
-void
-rl_proto_lock_call(const char **argv, size_t *argvlen, const char *script,
-		  size_t scriptlen, const char *key, int keylen, const char *resource,
-		  char *ckey, const char *owner)
-{
-	rl_proto_eval_header(argv, argvlen, script, scriptlen, "2");
-	argv[3] = key;
-	argvlen[3] = keylen;
-	argv[4] = ckey;
-	argvlen[4] = rl_counter_key(ckey, resource);
-	argv[5] = owner;
-	argvlen[5] = strlen(owner);
-}
 
 /* From here on an error must not leave the lease of owner behind. */
 void
@@ -354,8 +213,8 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	}
 
 	grant->token = token;
-	grant->valid_until_us = start_us + (int64_t) ttl_ms * 1000 -
-		rl_drift_us(ttl_ms, rl_drift_factor);
+	grant->valid_until_us = rl_valid_until_us(start_us, ttl_ms,
+											  rl_drift_factor);
 	if (token > rl_last_token)
 		rl_last_token = token;
 	rl_in_flight.active = false;
@@ -376,7 +235,8 @@ failed:
  * rl_handoff_mark_only), which is left where the lock is held
  * (ACQUIRE_WAITING_SCRIPT); a holder on another server then hands the lock
  * over in its release.  A lock held by the offer's value on a node our
- * lease did not need is ours: our release removes it (RELEASE_SCRIPT).
+ * lease did not need is ours: our release removes it
+ * (RELEASE_HANDOVER_SCRIPT).
  */
 RlAttempt
 rl_proto_acquire(const char *resource, const char *key, int keylen,
@@ -420,8 +280,8 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 		 */
 		argv[1] = ACQUIRE_WAITING_SCRIPT;
 		argvlen[1] = sizeof(ACQUIRE_WAITING_SCRIPT) - 1;
-		argv[8] = offer->owner;
-		argvlen[8] = strlen(offer->owner);
+		argv[8] = offer->offered;
+		argvlen[8] = strlen(offer->offered);
 		argv[9] = offer->past;
 		argvlen[9] = strlen(offer->past);
 		argv[10] = px_buf;
@@ -438,7 +298,6 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 
 	rl_proto_set_in_flight(key, keylen, grant->owner);
 	start_us = rl_now_us();
-	rl_stats_count(RL_STAT_ATTEMPTS);
 	rl_nodes_run(req_out);
 	req_out->argv = NULL;
 	req_out->argvlen = NULL;

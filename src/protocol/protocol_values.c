@@ -1,0 +1,160 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol_values.c
+ *	  What the protocol's scripts are given: lock values and offer values,
+ *	  token proposals, the Redis keys of a resource, and the argument
+ *	  vectors of a script call.
+ *
+ * A lock value is random, so that it is ours alone, and names its holder
+ * (redlock_holder() reads it back); an offer's value is derived from its
+ * attempt's, so that one release removes both.  Keys and values are always
+ * arguments of a script, never spliced into its text.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/time.h>
+
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "protocol/protocol_internal.h"
+
+#define RL_COUNTER_KEY_SUFFIX "token-counter:"
+#define RL_COUNTER_STRIPES	64	/* fixed: never grows with resources */
+
+int64		rl_last_token = 0;
+
+int64_t
+rl_proto_wall_clock_us(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (int64) tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/*
+ * A new lock value: 128 random bits, which make it ours alone, followed by
+ * who holds it (this server's system identifier and the time it started,
+ * the database and the process), so that redlock_holder() on any server can
+ * say who holds a resource without any write beyond the lock itself.  The
+ * start time tells apart servers that share a system identifier: a standby
+ * made with pg_basebackup and its primary, or two runs of one server.
+ */
+void
+rl_proto_new_owner(char *owner)
+{
+	uint8		bytes[RL_OWNER_RANDOM_LEN / 2];
+
+	if (!pg_strong_random(bytes, sizeof(bytes)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random lease owner")));
+	hex_encode((const char *) bytes, sizeof(bytes), owner);
+	snprintf(owner + RL_OWNER_RANDOM_LEN, RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN,
+			 ":" UINT64_FORMAT ":" INT64_FORMAT ":%u:%d",
+			 GetSystemIdentifier(), (int64) PgStartTime, MyDatabaseId, MyProcPid);
+}
+
+/*
+ * The value an attempt's offer is handed: the attempt's own with 'w' for
+ * its first (hexadecimal) character, so that it is never an attempt's, and
+ * the release of the lease the attempt took removes it too
+ * (RELEASE_HANDOVER_SCRIPT derives it the same way).  The holder it names is the same.
+ */
+void
+rl_offer_value(char *offer, const char *value)
+{
+	strlcpy(offer, value, RL_OWNER_LEN + 1);
+	offer[0] = 'w';
+}
+
+/* A token proposal: above every token this backend has seen. */
+int64
+rl_proto_new_proposal(void)
+{
+	return rl_propose_token(rl_proto_wall_clock_us(), rl_last_token);
+}
+
+/* The Redis key of a resource's lock. */
+int
+rl_lock_key(char *buf, const char *resource)
+{
+	return snprintf(buf, RL_KEY_MAX + 1, "%slock:%s", rl_key_prefix, resource);
+}
+
+/* ... of the offer of a waiter on another server (RELEASE_HANDOVER_SCRIPT) */
+int
+rl_offer_key(char *buf, const char *resource)
+{
+	return snprintf(buf, RL_KEY_MAX + 1, "%swait:%s", rl_key_prefix, resource);
+}
+
+/*
+ * The fencing counter of a resource: one of a fixed set of counters per
+ * node, chosen by a stable hash of the name (FNV-1a, the same on every
+ * server), so that a resource always uses the same counter while grants of
+ * unrelated resources seldom race on one.  Tokens are monotonic per
+ * resource; storage stays fixed however many resources are ever locked.
+ */
+int
+rl_counter_key(char *buf, const char *resource)
+{
+	uint32		hash = 2166136261u;
+
+	for (const unsigned char *c = (const unsigned char *) resource; *c; c++)
+	{
+		hash ^= *c;
+		hash *= 16777619u;
+	}
+	return snprintf(buf, RL_KEY_MAX + 1, "%s%s%u", rl_key_prefix,
+					RL_COUNTER_KEY_SUFFIX, hash % RL_COUNTER_STRIPES);
+}
+
+/* argv[0..2] of a script call: EVAL, the script, the number of keys */
+void
+rl_proto_eval_header(const char **argv, size_t *argvlen, const char *script,
+					 size_t scriptlen, const char *numkeys)
+{
+	argv[0] = "EVAL";
+	argvlen[0] = 4;
+	argv[1] = script;
+	argvlen[1] = scriptlen;
+	argv[2] = numkeys;
+	argvlen[2] = strlen(numkeys);
+}
+
+void
+rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
+					  int argc, const char **argv, const size_t *argvlen)
+{
+	memset(req, 0, sizeof(*req));
+	req->reply_kind = kind;
+	req->goal = goal;
+	req->argc = argc;
+	req->argv = argv;
+	req->argvlen = argvlen;
+}
+
+/*
+ * argv[0..5] of a script on a resource's lock: EVAL, the script, 2 keys
+ * (the lock and the resource's fencing counter, which goes in ckey) and
+ * the first argument, a lock value.
+ */
+void
+rl_proto_lock_call(const char **argv, size_t *argvlen, const char *script,
+		  size_t scriptlen, const char *key, int keylen, const char *resource,
+		  char *ckey, const char *owner)
+{
+	rl_proto_eval_header(argv, argvlen, script, scriptlen, "2");
+	argv[3] = key;
+	argvlen[3] = keylen;
+	argv[4] = ckey;
+	argvlen[4] = rl_counter_key(ckey, resource);
+	argv[5] = owner;
+	argvlen[5] = strlen(owner);
+}
