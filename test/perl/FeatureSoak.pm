@@ -400,9 +400,13 @@ sub read_history
 # (faults of kind 'terminate' with server, pid, and t and t_end around the
 # signal).  Leases of different
 # holders (server and backend) on one resource must not overlap.  An
-# overlap whose first lease was granted before, and whose second after, a
-# clock jump (faults of kind 'clock') or a wipe of a node's data ('wipe') is
-# counted apart: a key expired early, or was forgotten, on that node.
+# overlap whose first lease was asked for before, and whose second was
+# granted after, a clock jump (faults of kind 'clock') is counted apart: a
+# key expired early on that node, Redlock's known limit.  So is one across a
+# wipe of a node's data (kind 'wipe') made while the servers' restart
+# quarantine was off (its field quarantine false): the node forgot the key
+# and counted at once.  Under a quarantine (quarantine: its seconds) a wipe
+# excuses nothing.
 #
 # Tokens: a grant whose call returned before another's began has the
 # smaller token (the order of grants in real time).
@@ -488,7 +492,7 @@ sub check
 	}
 
 	my @jumps = map { $_->{t} } grep { $_->{kind} eq 'clock' } @{ $h{faults} };
-	my @wipes = map { $_->{t} } grep { $_->{kind} eq 'wipe' } @{ $h{faults} };
+	my @wipes = map { $_->{t} } grep { $_->{kind} eq 'wipe' && !$_->{quarantine} } @{ $h{faults} };
 	my $between = sub {
 		my ($from, $to, @at) = @_;
 		return scalar grep { $_ >= $from && $_ <= $to } @at;
