@@ -42,7 +42,7 @@ if ! command -v gnuplot > /dev/null; then
 fi
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${SOAK_PICTURE_KEEP:-}" ] || rm -rf "$work"' EXIT
 
 # the data files and the gnuplot script
 PERL5LIB="$top/test/perl${PERL5LIB:+:$PERL5LIB}" perl - "$hist" "$work" "$out" "$from" "$to" <<'PERL'
@@ -96,7 +96,8 @@ my $put = sub {
 	my ($name, @rows) = @_;
 	open my $fh, '>', "$work/$name" or die $!;
 	print $fh join("\t", @$_), "\n" for @rows;
-	print $fh "NaN\tNaN\tNaN\tNaN\t0\n" unless @rows;    # gnuplot wants a row
+	# gnuplot wants a row: one far outside the picture
+	print $fh $from - 1000, "\t0\t0.1\t0.1\t0\n" unless @rows;
 	close $fh;
 };
 my $box = sub {    # x y xdelta ydelta colour of [a, b) on lane $lane
@@ -105,23 +106,46 @@ my $box = sub {    # x y xdelta ydelta colour of [a, b) on lane $lane
 	return [ ($a + $b) / 2, $y{$lane}, ($b - $a) / 2, $h, $c ];
 };
 
-my (@leases, %sessions);
-for my $l (@{ $rep->{leases} })
+# a resource's leases in the order of their grants, a little higher and
+# lower by turns: one that begins where the last ended, and two that
+# overlap, both show
+my (@leases, %sessions, %turn);
+for my $l (sort { $a->{ret} <=> $b->{ret} } @{ $rep->{leases} })
 {
 	my ($a, $b) = ($l->{ret} - $t0, $l->{to} - $t0);
-	next unless $b > $a && $seen->($a, $b);
+	next unless $b > $a;
+	my $up = $turn{ $l->{res} }++ % 2 ? -0.09 : 0.09;
+	next unless $seen->($a, $b);
 	my ($s) = $l->{lease} =~ /^([a-z]+\d+)\./;
 	$sessions{$s} = 1;
-	push @leases, $box->($a, $b, $l->{res}, 0.36, $colour{$s} // 0x777777);
+	my $bar = $box->($a, $b, $l->{res}, 0.27, $colour{$s} // 0x777777);
+	$bar->[1] += $up;
+	push @leases, $bar;
 }
-my @overlaps;
-for my $o (@{ $rep->{overlaps} }, @{ $rep->{overlaps_clock} }, @{ $rep->{overlaps_wipe} })
+# the checker's overlaps: red (a failure), magenta across a clock jump
+# (Redlock's known limit), black across a wipe without the quarantine
+my %overlap_colour = (overlaps => 0xff0000, overlaps_clock => 0xe040fb, overlaps_wipe => 0x000000);
+my %overlap_title = (overlaps => 'overlap of two holders',
+	overlaps_clock => 'overlap after a clock jump',
+	overlaps_wipe => 'overlap after a wipe, quarantine off');
+my %overlap_seen;
+for my $kind (qw(overlaps overlaps_clock overlaps_wipe))
 {
-	my ($a, $b) = ($o->{from} - $t0, $o->{to} - $t0);
-	push @overlaps, $box->($a, $b, $o->{res}, 0.45, 0xff0000) if $seen->($a, $b);
+	my @bars;
+	for my $o (@{ $rep->{$kind} })
+	{
+		my ($a, $b) = ($o->{from} - $t0, $o->{to} - $t0);
+		next unless $seen->($a, $b);
+		my $bar = $box->($a, $b, $o->{res}, 0.45, $overlap_colour{$kind});
+		$bar->[2] = 0.05 if $bar->[2] < 0.05;    # a short one still shows
+		push @bars, $bar;
+	}
+	$put->("$kind.dat", @bars);
+	$overlap_seen{$kind} = 1 if @bars;
 }
 
 my (@states, @marks, @lines, %used);
+my %clock_node = map { $_->{node} => 1 } grep { $_->{kind} eq 'clock' } @faults;
 for my $f (@faults)
 {
 	my $t = $f->{t} - $t0;
@@ -163,17 +187,17 @@ for my $f (@faults)
 	}
 }
 $put->('leases.dat', @leases);
-$put->('overlaps.dat', @overlaps);
 $put->('states.dat', @states);
 open my $mk, '>', "$work/marks.dat" or die $!;
 print $mk "$_->[0]\t$_->[1]\t\"$_->[2]\"\n" for @marks;
-print $mk "NaN\tNaN\t\"\"\n" unless @marks;
+print $mk $from - 1000, "\t0\t\"-\"\n" unless @marks;
 close $mk;
 
 my $ytics = join(', ',
 	(map { "\"hot:$_\" $y{\"hot:$_\"}" } 1 .. $nres),
 	"\"east: server faults\" $y{east}", "\"west: server faults\" $y{west}",
-	map { "\"node " . ($_ + 1) . "\" $y{\"node$_\"}" } 0 .. $nnodes - 1);
+	map { "\"node " . ($_ + 1) . ($clock_node{$_} ? ' (its clock jumps)' : '') . "\" $y{\"node$_\"}" }
+	  0 .. $nnodes - 1);
 my @arrows = map { "set arrow from $_, graph 0 to $_, graph 1 nohead dt 3 lw 0.8 lc rgb '#b0b0b0' back" } @lines;
 for my $p ([ $run->{control_end}, 'control phase: quarantine off ', 'right' ],
 	[ $run->{main_start}, " main phase: quarantine $run->{quarantine_s} s", 'left' ],
@@ -190,11 +214,19 @@ my %state_title = (pause => 'node stopped (SIGSTOP)', kill9 => 'node killed (kil
 	wipe => 'node wiped', quarantine => 'restart quarantine');
 push @keys, map { sprintf("NaN with boxes fs solid lc rgb '#%06x' title '%s'", $state{$_}, $state_title{$_}) }
   grep { $used{$_} } qw(pause kill9 wipe quarantine);
-push @keys, "NaN with boxes fs transparent solid 0.4 border lc rgb '#ff0000' lw 2 lc rgb '#ff0000' title 'overlap of two holders'"
-  if @overlaps;
+my $overlap_style = sub {
+	my ($kind) = @_;
+	return sprintf("fs transparent solid 0.4 border lc rgb '#%06x' lw 2 lc rgb '#%06x'",
+		$overlap_colour{$kind}, $overlap_colour{$kind});
+};
+my @overlap_plots = map {
+	"'$work/$_.dat' using 1:2:3:4 with boxxyerror " . $overlap_style->($_) . ' notitle'
+} qw(overlaps overlaps_clock overlaps_wipe);
+push @keys, map { 'NaN with boxes ' . $overlap_style->($_) . " title '$overlap_title{$_}'" }
+  grep { $overlap_seen{$_} } qw(overlaps overlaps_clock overlaps_wipe);
 
-my $title = sprintf('feature soak, seed %s: %.0f to %.0f s of %.0f; %d grants, %d overlaps in the whole run'
-	  . ' (+%d after a clock jump, +%d after a wipe without the quarantine)',
+my $title = sprintf('feature soak, seed %s: %.0f to %.0f s of %.0f; in the whole run %d grants, overlaps of two holders: %d'
+	  . ' (and %d after a clock jump, %d after a wipe without the quarantine)',
 	$run->{seed}, $from, $to, $end, $rep->{grants}, scalar @{ $rep->{overlaps} },
 	scalar @{ $rep->{overlaps_clock} }, scalar @{ $rep->{overlaps_wipe} });
 open my $gp, '>', "$work/plot.gp" or die $!;
@@ -209,12 +241,12 @@ set xtics 1 nomirror
 set mxtics 2
 set grid xtics lc rgb '#eeeeee'
 set xlabel 'seconds from the start of the soak (the host clock); server faults: wk = wake-up worker SIGTERMed, ka = keep-alive worker SIGTERMed, rl = reload, rl* = reload with a changed setting, term = holder terminated'
-set key outside bottom center horizontal maxrows 2
+set key outside bottom center horizontal maxrows 2 reverse Left width 1
 set border 3
 @{[ join("\n", @arrows) ]}
 plot '$work/leases.dat' using 1:2:3:4:5 with boxxyerror fs solid 1.0 border lc rgb 'white' lc rgb variable notitle, \\
      '$work/states.dat' using 1:2:3:4:5 with boxxyerror fs solid 1.0 noborder lc rgb variable notitle, \\
-     '$work/overlaps.dat' using 1:2:3:4:5 with boxxyerror fs transparent solid 0.4 border lc rgb '#ff0000' lw 2 lc rgb variable notitle, \\
+     @{[ join(", \\\n     ", @overlap_plots) ]}, \\
      '$work/marks.dat' using 1:2:3 with labels point pt 9 ps 1.2 lc rgb '#000000' offset 0,0.8 font ',9' notitle, \\
      @{[ join(", \\\n     ", @keys) ]}
 GP
