@@ -400,10 +400,10 @@ my %act = (
 		my @up = $up_nodes->();
 		my @n = map { splice(@up, int(rand(@up)), 1) } 1 .. 2;
 		my $k = $pick->(@up);
-		my $f = $stop->(0.5 + rand(1), 'SIGSTOP two nodes, then wipe a third', @n);
+		my $f = $stop->(1.8 + rand(1), 'SIGSTOP two nodes, then wipe a third', @n);
 		push @heal, [ $f->{until}, sub {
 			$resume->($f, @n);
-			$down->($k, 0.1 + rand(0.3), 1, 'wipe a node of a bare majority');
+			$down->($k, 0.05 + rand(0.2), 1, 'wipe a node of a bare majority');
 		} ];
 		return 1;
 	},
@@ -489,7 +489,10 @@ my $run_heals = sub {
 };
 # faults of @kinds until $until: every kind once first, in a random order
 # (one that cannot run now comes again), then at random; then every fault
-# ends
+# ends.  The wipe of a node of a bare majority needs every node in: once
+# picked, it takes the place of every node fault until it could run (with
+# the quarantine on, nodes are often out).
+my %node_fault = map { $_ => 1 } qw(pause pause2 wipe_bare kill9 wipe);
 my $nemesis = sub {
 	my ($until, @kinds) = @_;
 	my @todo;
@@ -498,15 +501,19 @@ my $nemesis = sub {
 		push @todo, splice(@k, int(rand(@k)), 1) while @k;
 	}
 	my %did;
+	my $bare_due = 0;
 	my $next = time + 0.5;
 	while (time < $until)
 	{
 		$run_heals->(0);
 		if (time >= $next)
 		{
-			my $kind = @todo ? shift @todo : $pick->(@kinds);
-			if ($act{$kind}->()) { $did{$kind} = 1 }
-			elsif (!$did{$kind}) { push @todo, $kind }
+			my $want = @todo ? shift @todo : $pick->(@kinds);
+			my $kind = $bare_due && $node_fault{$want} ? 'wipe_bare' : $want;
+			my $ran = $act{$kind}->();
+			$bare_due = !$ran if $kind eq 'wipe_bare';
+			$did{$kind} = 1 if $ran;
+			push @todo, $want unless $did{$want};
 			$next = time + 0.3 + rand(1.2);
 		}
 		if (defined $fake_node && $clock_offset && !$max_skew && !$out[$fake_node])
@@ -533,8 +540,7 @@ $quarantine_now = $quarantine_s;
 my @not_nodes = qw(term_wakeup term_keepalive reload reload_change terminate);
 $nemesis->($main_start, @not_nodes);
 # the main phase: every fault, with the quarantine (the wipe of a node of
-# a bare majority more often: nodes in their quarantine often keep it from
-# running)
+# a bare majority more often)
 $phase = 'main';
 my @all_kinds = sort keys %act;
 $nemesis->($faults_end, @all_kinds, ('wipe_bare') x 2);
