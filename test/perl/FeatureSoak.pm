@@ -16,7 +16,7 @@
 #   lost     server, pid, t (host time the statement that found the
 #            connection gone was sent): its open leases end there at the
 #            latest
-#   refused  resource, kind, sqlstate
+#   refused  resource, kind, t (host time the call was sent), sqlstate
 #   write    lease id, resource, token, ok, sqlstate
 # The checker turns them into intervals (see check()).
 package FeatureSoak;
@@ -176,7 +176,7 @@ sub run_session
 		my ($tok, $start, $ret) = split /\|/, $r->{out} // '';
 		if (!$r->{ok} || !defined $tok || $tok eq '')
 		{
-			$emit->(ev => 'refused', res => $res, kind => $kind,
+			$emit->(ev => 'refused', res => $res, kind => $kind, t => $r->{sent},
 				sqlstate => $r->{ok} ? 'null' : $sqlstate->($r));
 			return undef;
 		}
@@ -301,7 +301,7 @@ sub run_session
 			else
 			{
 				my $st = $sqlstate->($r);
-				$emit->(ev => 'refused', res => $res, kind => 'extend',
+				$emit->(ev => 'refused', res => $res, kind => 'extend', t => $asked,
 					sqlstate => $st);
 				# RL003: the extend found the lease gone from a majority,
 				# took its value off the nodes where it was left, and told
