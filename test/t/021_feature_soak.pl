@@ -391,10 +391,11 @@ my %act = (
 		push @heal, [ $f->{until}, sub { $resume->($f, @n) } ];
 		return 1;
 	},
-	# Redlock's delayed restart: while two nodes are stopped, leases are
-	# granted by exactly the other three; one of these loses its data as
-	# the two come back, and with it (without the quarantine) the three
-	# would grant those leases again
+	# Redlock's delayed restart: while two nodes are stopped (longer than
+	# any key lives on them), leases are granted and renewed by exactly the
+	# other three; one of these loses its data once the two answer again,
+	# and with it (without the quarantine) the three would grant those
+	# leases again
 	wipe_bare => sub {
 		return 0 if $n_out->() > 0;
 		my @up = $up_nodes->();
@@ -403,7 +404,11 @@ my %act = (
 		my $f = $stop->(1.8 + rand(1), 'SIGSTOP two nodes, then wipe a third', @n);
 		push @heal, [ $f->{until}, sub {
 			$resume->($f, @n);
-			$down->($k, 0.05 + rand(0.2), 1, 'wipe a node of a bare majority');
+			$redis[$_]->ping for @n;
+			$out[$k] = 1;    # no other node fault meanwhile
+			push @heal, [ time + 0.05, sub {
+				$down->($k, 0.05 + rand(0.2), 1, 'wipe a node of a bare majority');
+			} ];
 		} ];
 		return 1;
 	},
