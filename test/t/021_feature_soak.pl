@@ -34,7 +34,7 @@
 # SOAK_SECONDS (default 60): how long the faults go on, the control phase
 # (SOAK_CONTROL_SECONDS, default 10) included; SOAK_SEED (printed) replays
 # a schedule.  The history (the sessions' events, the faults, the audit,
-# the intervals) goes to SOAK_HISTORY if set, else to a fresh directory
+# the phases' times) goes to SOAK_HISTORY if set, else to a fresh directory
 # under /tmp that is removed when every check passed; its name is printed.
 # test/soak-picture.sh draws it.
 use strict;
