@@ -16,7 +16,7 @@
 #   lost     server, pid, t (host time the statement that found the
 #            connection gone was sent): its open leases end there at the
 #            latest
-#   refused  resource, kind, sqlstate
+#   refused  resource, kind, t (host time the call was sent), sqlstate
 #   write    lease id, resource, token, ok, sqlstate
 # The checker turns them into intervals (see check()).
 package FeatureSoak;
@@ -176,7 +176,7 @@ sub run_session
 		my ($tok, $start, $ret) = split /\|/, $r->{out} // '';
 		if (!$r->{ok} || !defined $tok || $tok eq '')
 		{
-			$emit->(ev => 'refused', res => $res, kind => $kind,
+			$emit->(ev => 'refused', res => $res, kind => $kind, t => $r->{sent},
 				sqlstate => $r->{ok} ? 'null' : $sqlstate->($r));
 			return undef;
 		}
@@ -301,7 +301,7 @@ sub run_session
 			else
 			{
 				my $st = $sqlstate->($r);
-				$emit->(ev => 'refused', res => $res, kind => 'extend',
+				$emit->(ev => 'refused', res => $res, kind => 'extend', t => $asked,
 					sqlstate => $st);
 				# RL003: the extend found the lease gone from a majority,
 				# took its value off the nodes where it was left, and told
@@ -400,9 +400,13 @@ sub read_history
 # (faults of kind 'terminate' with server, pid, and t and t_end around the
 # signal).  Leases of different
 # holders (server and backend) on one resource must not overlap.  An
-# overlap whose first lease was granted before, and whose second after, a
-# clock jump (faults of kind 'clock') or a wipe of a node's data ('wipe') is
-# counted apart: a key expired early, or was forgotten, on that node.
+# overlap whose first lease was asked for before, and whose second was
+# granted after, a clock jump (faults of kind 'clock') is counted apart: a
+# key expired early on that node, Redlock's known limit.  So is one across a
+# wipe of a node's data (kind 'wipe') made while the servers' restart
+# quarantine was off (its field quarantine false): the node forgot the key
+# and counted at once.  Under a quarantine (quarantine: its seconds) a wipe
+# excuses nothing.
 #
 # Tokens: a grant whose call returned before another's began has the
 # smaller token (the order of grants in real time).
@@ -488,7 +492,7 @@ sub check
 	}
 
 	my @jumps = map { $_->{t} } grep { $_->{kind} eq 'clock' } @{ $h{faults} };
-	my @wipes = map { $_->{t} } grep { $_->{kind} eq 'wipe' } @{ $h{faults} };
+	my @wipes = map { $_->{t} } grep { $_->{kind} eq 'wipe' && !$_->{quarantine} } @{ $h{faults} };
 	my $between = sub {
 		my ($from, $to, @at) = @_;
 		return scalar grep { $_ >= $from && $_ <= $to } @at;

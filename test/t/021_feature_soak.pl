@@ -8,26 +8,43 @@
 # write with the token while holding (test/perl/FeatureSoak.pm).
 #
 # Meanwhile a nemesis, at random from a seed, with at most two nodes out at
-# once: stops one or two nodes (SIGSTOP), kills one (kill -9) and restarts
-# it from its AOF, wipes one's data and restarts it, SIGTERMs a server's
-# wake-up or keep-alive worker, reloads a server's configuration unchanged
-# and with a real change of a setting, terminates a lease holder, and
-# jumps one node's clock forward past every lease's TTL (libfaketime).
+# once (a node in its restart quarantine counts as out): stops one or two
+# nodes (SIGSTOP), stops two and then wipes one of the three that granted
+# meanwhile (the delayed restart's own case), kills one (kill -9) and
+# restarts it from its AOF, wipes one's data and restarts it, SIGTERMs a
+# server's wake-up or keep-alive worker, reloads a server's configuration
+# unchanged and with a real change of a setting, terminates a lease holder,
+# and jumps one node's clock forward past every lease's TTL (libfaketime).
+#
+# Two phases.  A short control phase with redlock.restart_quarantine = 0
+# wipes nodes of a bare majority: the overlaps it finds are what the
+# quarantine prevents (reported, not failed).  Then the quarantine is turned
+# on (by a reload, longer than every TTL of the workload) and, once every
+# statement begun without it has ended, the main phase runs every fault.
 #
 # The checker (FeatureSoak::check) reads the history: no two holders' lease
-# intervals on one resource overlap (those after a clock jump or a wipe are
-# Redlock's known limits and are counted apart), tokens increase in the
-# order of the grants, every fenced row accepted only increasing tokens
-# (an audit trigger logs every accepted update), and both servers lease
-# again within 2 s of the end of the faults.  It first proves on a
-# constructed history that it reports each kind of violation.
+# intervals on one resource overlap (only those across a clock jump,
+# Redlock's known limit, and across a wipe without the quarantine are
+# counted apart), tokens increase in the order of the grants, every fenced
+# row accepted only increasing tokens (an audit trigger logs every accepted
+# update), and both servers lease again within 2 s of the end of the
+# faults.  It first proves on a constructed history that it reports each
+# kind of violation.
 #
-# SOAK_SECONDS (default 60): how long the faults go on; SOAK_SEED (printed).
+# SOAK_SECONDS (default 60): how long the faults go on, the control phase
+# (SOAK_CONTROL_SECONDS, default 10) included; SOAK_SEED (printed) replays
+# a schedule.  The history (the sessions' events, the faults, the audit,
+# the phases' times) goes to SOAK_HISTORY if set, else to a fresh directory
+# under /tmp that is removed when every check passed; its name is printed.
+# test/soak-picture.sh draws it.
 use strict;
 use warnings FATAL => 'all';
 
-use File::Path qw(rmtree);
+use File::Copy ();
+use File::Path qw(make_path rmtree);
+use File::Temp ();
 use FeatureSoak;
+use JSON::PP ();
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -40,8 +57,24 @@ my $seconds = $ENV{SOAK_SECONDS} // 60;
 my $seed = length($ENV{SOAK_SEED} // '') ? $ENV{SOAK_SEED} : int(time) % 100000;
 my $per_server = 3;
 my $resources = 3;
-my $tail = 6;    # fault-free seconds at the end
-note "feature soak: seed $seed, ${seconds} s of faults, $per_server sessions per server";
+my $tail = 5;    # fault-free seconds at the end
+# the quarantine of the main phase: longer than every TTL of the workload
+my $quarantine_s = int($FeatureSoak::MAX_TTL_MS / 1000) + 1;
+my $control = $ENV{SOAK_CONTROL_SECONDS} // 10;    # its faults: quarantine off
+# between the phases, no node faults while the quarantine turns on: longer
+# than a statement begun before the reload (a wait lasts up to 4 s)
+my $switch = 6;
+my $main = $seconds - $control - $switch;
+$main = 20 if $main < 20;
+note "feature soak: seed $seed, $control s of control faults (quarantine off), $switch s to turn"
+  . " the quarantine ($quarantine_s s) on, $main s of faults with it, $per_server sessions per server";
+
+my $histdir = $ENV{SOAK_HISTORY}
+  // File::Temp::tempdir("redlock-soak-$seed-XXXX", TMPDIR => 1, CLEANUP => 0);
+make_path($histdir);
+unlink glob("$histdir/*.jsonl"), glob("$histdir/*.json"), glob("$histdir/*.log"),
+  "$histdir/summary.txt";
+note "history in $histdir (kept when a check fails, or when named by SOAK_HISTORY)";
 
 # ---------- 1. the checker can fail ----------
 {
@@ -98,11 +131,11 @@ note "feature soak: seed $seed, ${seconds} s of faults, $per_server sessions per
 		{ ev => 'grant', lease => 'n', res => 's', tok => 170, kind => 'session',
 			start => 700.0, ret => 700.2, server => 'west', pid => 2 },
 		{ ev => 'obs', lease => 'n', t => 700.2, v => 2000 });
+	my @terminated = ({ kind => 'terminate', server => 'east', pid => 3, t => 400.5, t_end => 400.6 },
+		{ kind => 'terminate', server => 'east', pid => 4, t => 700.0, t_end => 700.1 });
 	my $r = FeatureSoak::check(
 		events => \@ev,
-		faults => [ { kind => 'clock', t => 200.5 },
-			{ kind => 'terminate', server => 'east', pid => 3, t => 400.5, t_end => 400.6 },
-			{ kind => 'terminate', server => 'east', pid => 4, t => 700.0, t_end => 700.1 } ],
+		faults => [ { kind => 'clock', t => 200.5 }, @terminated ],
 		audit => [ { row => 1, old => undef, new => 10 }, { row => 1, old => 10, new => 20 },
 			{ row => 1, old => 20, new => 15 }, { row => 2, old => 5, new => 5 } ]);
 	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}" } @{ $r->{overlaps} }), 'x:a/b',
@@ -115,7 +148,12 @@ note "feature soak: seed $seed, ${seconds} s of faults, $per_server sessions per
 		'checker self-test: accepted stale and equal tokens are reported');
 	my $r2 = FeatureSoak::check(events => \@ev, faults => [ { kind => 'wipe', t => 200.5 } ],
 		audit => []);
-	is(scalar @{ $r2->{overlaps_wipe} }, 1, 'checker self-test: an overlap across a wipe is counted apart');
+	is(scalar @{ $r2->{overlaps_wipe} }, 1,
+		'checker self-test: an overlap across a wipe without the quarantine is counted apart');
+	my $r3 = FeatureSoak::check(events => \@ev,
+		faults => [ { kind => 'wipe', t => 200.5, quarantine => 4 }, @terminated ], audit => []);
+	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}" } @{ $r3->{overlaps} }), 'x:a/b y:c/d',
+		'checker self-test: an overlap across a wipe under the quarantine is an overlap');
 }
 
 # ---------- 2. the nodes, one of them on a clock it can jump ----------
@@ -175,6 +213,7 @@ for my $name ('east', 'west')
 shared_preload_libraries = 'redlock'
 redlock.nodes = '$nodes'
 redlock.node_timeout = 100
+# the control phase's; the main phase turns it on
 redlock.restart_quarantine = 0
 max_connections = 40
 log_line_prefix = '%m [%p] %a '
@@ -205,9 +244,10 @@ SQL
 
 # ---------- 4. the sessions, each a process of its own ----------
 
-my $histdir = PostgreSQL::Test::Utils::tempdir('history');
 my $t0 = time;
-my $faults_end = $t0 + $seconds;
+my $control_end = $t0 + $control;
+my $main_start = $control_end + $switch;
+my $faults_end = $main_start + $main;
 my $deadline = $faults_end + $tail;
 my (@kids, @files);
 for my $sname (qw(east west))
@@ -215,7 +255,7 @@ for my $sname (qw(east west))
 	for my $s (1 .. $per_server)
 	{
 		my $name = "$sname$s";
-		my $file = "$histdir/$name.jsonl";
+		my $file = "$histdir/session-$name.jsonl";
 		push @files, $file;
 		my $pid = fork;
 		die "fork: $!" unless defined $pid;
@@ -252,18 +292,31 @@ for my $s ('east', 'west')
 
 srand($seed);
 my @faults;    # { kind, t, ... } in the order they happened
-my %count;
-my @heal;      # [ time, node index, sub ]
-my @out = (0) x 5;    # node i is stopped or down
+my %count;     # faults by label ("control: " ahead in the control phase)
+my @heal;      # [ time, sub ]: what ends a fault, run in time order
+my @out = (0) x 5;        # node i is stopped or down
+my @started = (0) x 5;    # when node i last restarted
+my $phase = 'control';
+my $quarantine_now = 0;    # redlock.restart_quarantine in force, in s
+# a restarted node is out of every majority until the quarantine has passed
+# since its start (which the servers read from its uptime in whole
+# seconds: 2 s to spare)
+my $quarantined = sub {
+	my ($i) = @_;
+	return $quarantine_now && $started[$i] + $quarantine_now + 2 > time;
+};
 my $pick = sub { return $_[ int(rand(@_)) ]; };
 my $fault = sub {
 	my (%f) = @_;
 	$f{t} //= time;
+	$f{phase} = $phase;
+	$f{quarantine} = $quarantine_now;
 	push @faults, \%f;
-	$count{ $f{label} // $f{kind} }++;
+	$count{ ($phase eq 'control' ? 'control: ' : '') . $f{label} }++;
+	return \%f;
 };
-my $up_nodes = sub { return grep { !$out[$_] } 0 .. 4; };
-my $n_out = sub { return scalar grep { $_ } @out; };
+my $up_nodes = sub { return grep { !$out[$_] && !$quarantined->($_) } 0 .. 4; };
+my $n_out = sub { return 5 - scalar $up_nodes->(); };
 my $worker_pid = sub {
 	my ($pg, $type) = @_;
 	return $pg->safe_psql('postgres',
@@ -272,50 +325,100 @@ my $worker_pid = sub {
 my %setting = (east => 0, west => 0);
 my $max_skew = 0;
 
+# the servers see a node restarted under the quarantine as quarantined
+my %quarantine_seen;    # server => times redlock_nodes showed it
+my $look_for_quarantine = sub {
+	my ($i) = @_;
+	my $s = $pick->('east', 'west');
+	my $n = $server{$s}->safe_psql('postgres',
+		"SELECT count(*) FROM redlock_nodes WHERE node = '${\ $redis[$i]->addr }'"
+		  . " AND quarantined_until > now()");
+	$quarantine_seen{$s}++ if $n;
+};
+# SIGSTOP nodes @n until $for from now; returns the fault
+my $stop = sub {
+	my ($for, $label, @n) = @_;
+	for my $i (@n)
+	{
+		$redis[$i]->pause;
+		$out[$i] = 1;
+	}
+	return $fault->(kind => 'pause', node => join(',', @n), label => $label, until => time + $for);
+};
+my $resume = sub {
+	my ($f, @n) = @_;
+	for my $i (@n)
+	{
+		$redis[$i]->resume;
+		$out[$i] = 0;
+	}
+	$f->{t_end} = time;
+};
+# kill -9 node $i, its data wiped too if $wipe; it restarts after $for
+my $down = sub {
+	my ($i, $for, $wipe, $label) = @_;
+	$redis[$i]->kill9;
+	$out[$i] = 1;
+	if ($wipe)
+	{
+		rmtree("$redis[$i]{dir}/appendonlydir");
+		unlink glob("$redis[$i]{dir}/*.aof"), "$redis[$i]{dir}/dump.rdb";
+	}
+	my $f = $fault->(kind => $wipe ? 'wipe' : 'kill9', node => $i, label => $label);
+	push @heal, [ time + $for, sub {
+		start_node($i);
+		$started[$i] = time;
+		$out[$i] = 0;
+		$f->{t_end} = time;
+		$look_for_quarantine->($i) if $quarantine_now;
+	} ];
+	return 1;
+};
+
 my %act = (
 	pause => sub {
 		return 0 if $n_out->() >= 2;
 		my $i = $pick->($up_nodes->());
-		$redis[$i]->pause;
-		$out[$i] = 1;
-		$fault->(kind => 'pause', node => $i, label => 'SIGSTOP one node');
-		push @heal, [ time + 0.3 + rand(2), $i, sub { $redis[$i]->resume } ];
+		my $f = $stop->(0.3 + rand(2), 'SIGSTOP one node', $i);
+		push @heal, [ $f->{until}, sub { $resume->($f, $i) } ];
 		return 1;
 	},
 	pause2 => sub {
 		return 0 if $n_out->() > 0;
 		my @up = $up_nodes->();
-		my $i = splice(@up, int(rand(@up)), 1);
-		my $j = $pick->(@up);
-		my $until = time + 0.3 + rand(1.5);
-		for my $n ($i, $j)
-		{
-			$redis[$n]->pause;
-			$out[$n] = 1;
-			push @heal, [ $until, $n, sub { $redis[$n]->resume } ];
-		}
-		$fault->(kind => 'pause', node => "$i,$j", label => 'SIGSTOP two nodes');
+		my @n = map { splice(@up, int(rand(@up)), 1) } 1 .. 2;
+		my $f = $stop->(0.3 + rand(1.5), 'SIGSTOP two nodes', @n);
+		push @heal, [ $f->{until}, sub { $resume->($f, @n) } ];
+		return 1;
+	},
+	# Redlock's delayed restart: while two nodes are stopped (longer than
+	# any key lives on them), leases are granted and renewed by exactly the
+	# other three; one of these loses its data once the two answer again,
+	# and with it (without the quarantine) the three would grant those
+	# leases again
+	wipe_bare => sub {
+		return 0 if $n_out->() > 0;
+		my @up = $up_nodes->();
+		my @n = map { splice(@up, int(rand(@up)), 1) } 1 .. 2;
+		my $k = $pick->(@up);
+		my $f = $stop->(1.8 + rand(1), 'SIGSTOP two nodes, then wipe a third', @n);
+		push @heal, [ $f->{until}, sub {
+			$resume->($f, @n);
+			$redis[$_]->ping for @n;
+			$out[$k] = 1;    # no other node fault meanwhile
+			push @heal, [ time + 0.05, sub {
+				$down->($k, 0.05 + rand(0.2), 1, 'wipe a node of a bare majority');
+			} ];
+		} ];
 		return 1;
 	},
 	kill9 => sub {
 		return 0 if $n_out->() >= 2;
-		my $i = $pick->($up_nodes->());
-		$redis[$i]->kill9;
-		$out[$i] = 1;
-		$fault->(kind => 'kill9', node => $i, label => 'kill -9, restart from AOF');
-		push @heal, [ time + 0.2 + rand(1.5), $i, sub { start_node($i) } ];
-		return 1;
+		return $down->($pick->($up_nodes->()), 0.2 + rand(1.5), 0, 'kill -9, restart from AOF');
 	},
 	wipe => sub {
 		return 0 if $n_out->() >= 2;
-		my $i = $pick->($up_nodes->());
-		$redis[$i]->kill9;
-		$out[$i] = 1;
-		rmtree("$redis[$i]{dir}/appendonlydir");
-		unlink glob("$redis[$i]{dir}/*.aof"), "$redis[$i]{dir}/dump.rdb";
-		$fault->(kind => 'wipe', node => $i, label => 'wipe data, restart');
-		push @heal, [ time + 0.2 + rand(1), $i, sub { start_node($i) } ];
-		return 1;
+		return $down->($pick->($up_nodes->()), 0.2 + rand(1), 1, 'wipe data, restart');
 	},
 	clock => sub {
 		return 0 unless defined $fake_node;
@@ -371,57 +474,88 @@ my %act = (
 			label => 'pg_terminate_backend(holder)');
 		return 1;
 	});
+my %label = (pause => 'SIGSTOP one node', pause2 => 'SIGSTOP two nodes',
+	wipe_bare => 'SIGSTOP two nodes, then wipe a third',
+	kill9 => 'kill -9, restart from AOF', wipe => 'wipe data, restart',
+	clock => 'clock jump (one node)', term_wakeup => 'SIGTERM wake-up worker',
+	term_keepalive => 'SIGTERM keep-alive worker', reload => 'pg_reload_conf() unchanged',
+	reload_change => 'reload with a changed setting',
+	terminate => 'pg_terminate_backend(holder)');
 
-my @all_kinds = sort keys %act;
-my @todo;    # every kind once first, in a random order, then at random
-{
-	my @k = @all_kinds;
-	push @todo, splice(@k, int(rand(@k)), 1) while @k;
-}
+# what ends the faults, in time order; all of it with $all
 my $run_heals = sub {
 	my ($all) = @_;
-	my @left;
-	for my $h (sort { $a->[0] <=> $b->[0] } @heal)
+	while (@heal)
 	{
-		if ($all || $h->[0] <= time)
-		{
-			$h->[2]->();
-			$out[ $h->[1] ] = 0;
-		}
-		else
-		{
-			push @left, $h;
-		}
+		@heal = sort { $a->[0] <=> $b->[0] } @heal;
+		last unless $all || $heal[0][0] <= time;
+		(shift @heal)->[1]->();
 	}
-	@heal = @left;
 };
-my %did;
-my $next = time + 1;
-while (time < $faults_end)
+# faults of @kinds until $until: every kind once first, in a random order
+# (one that cannot run now comes again), then at random; then every fault
+# ends.  The wipe of a node of a bare majority needs every node in: once
+# picked, it takes the place of every node fault until it could run (with
+# the quarantine on, nodes are often out).
+my %node_fault = map { $_ => 1 } qw(pause pause2 wipe_bare kill9 wipe);
+my $nemesis = sub {
+	my ($until, @kinds) = @_;
+	my @todo;
+	{
+		my @k = @kinds;
+		push @todo, splice(@k, int(rand(@k)), 1) while @k;
+	}
+	my %did;
+	my $bare_due = 0;
+	my $next = time + 0.5;
+	while (time < $until)
+	{
+		$run_heals->(0);
+		if (time >= $next)
+		{
+			my $want = @todo ? shift @todo : $pick->(@kinds);
+			my $kind = $bare_due && $node_fault{$want} ? 'wipe_bare' : $want;
+			my $ran = $act{$kind}->();
+			$bare_due = !$ran if $kind eq 'wipe_bare';
+			$did{$kind} = 1 if $ran;
+			push @todo, $want unless $did{$want};
+			$next = time + 0.3 + rand(1.2);
+		}
+		if (defined $fake_node && $clock_offset && !$max_skew && !$out[$fake_node])
+		{
+			my $skew = $redis[$fake_node]->cli('TIME') =~ /^(\d+)/ ? $1 - time : 0;
+			$max_skew = $skew if $skew > 3;
+		}
+		usleep(50_000);
+	}
+	$run_heals->(1);
+};
+
+# the control phase: the quarantine off, nodes of a bare majority wiped
+$nemesis->($control_end, 'wipe_bare');
+# the quarantine on; no node faults until every statement begun without it
+# has ended
+$phase = 'switch';
+for my $pg (@pg)
 {
-	$run_heals->(0);
-	if (time >= $next)
-	{
-		my $kind = @todo ? shift @todo : $pick->(@all_kinds);
-		# a kind of the first round that could not run now comes again
-		if ($act{$kind}->()) { $did{$kind} = 1 }
-		elsif (!$did{$kind}) { push @todo, $kind }
-		$next = time + 0.3 + rand(1.2);
-	}
-	if (defined $fake_node && $clock_offset && !$max_skew && !$out[$fake_node])
-	{
-		my $skew = $redis[$fake_node]->cli('TIME') =~ /^(\d+)/ ? $1 - time : 0;
-		$max_skew = $skew if $skew > 3;
-	}
-	usleep(50_000);
+	$pg->safe_psql('postgres',
+		"ALTER SYSTEM SET redlock.restart_quarantine = '${quarantine_s}s'; SELECT pg_reload_conf()");
 }
+$quarantine_now = $quarantine_s;
+my @not_nodes = qw(term_wakeup term_keepalive reload reload_change terminate);
+$nemesis->($main_start, @not_nodes);
+# the main phase: every fault, with the quarantine (the wipe of a node of
+# a bare majority more often)
+$phase = 'main';
+my @all_kinds = sort keys %act;
+$nemesis->($faults_end, @all_kinds, ('wipe_bare') x 2);
 # the faults end: every node runs again
-$run_heals->(1);
-@out = (0) x 5;
 for my $i (0 .. 4)
 {
 	$redis[$i]->resume if $redis[$i]{pid};
-	start_node($i) unless $redis[$i]{pid} && $redis[$i]->ping;
+	next if $redis[$i]{pid} && $redis[$i]->ping;
+	start_node($i);
+	$started[$i] = time;
 }
 my $healed = time;
 
@@ -484,12 +618,31 @@ for my $f (@files)
 }
 is(scalar keys %failed_kids, 0, 'every session ran to its end');
 
-my $history = FeatureSoak::read_history(grep { -e } @files);
 my @audit = map {
 	my ($row, $old, $new, $w) = split /\|/, $_, 4;
 	{ row => $row, old => ($old eq '' ? undef : $old), new => $new, writer => $w }
 } grep { $_ ne '' } split /\n/,
   $east->safe_psql('postgres', 'SELECT row_id, old_token, new_token, writer FROM fsoak_audit ORDER BY seq');
+
+# the rest of the history, beside the sessions' (test/soak-picture.sh
+# reads it all)
+{
+	my $json = JSON::PP->new->canonical;
+	my $put = sub {
+		my ($name, @rows) = @_;
+		open my $fh, '>', "$histdir/$name" or die "$histdir/$name: $!";
+		print $fh $json->encode($_), "\n" for @rows;
+		close $fh;
+	};
+	$put->('faults.jsonl', @faults);
+	$put->('audit.jsonl', @audit);
+	$put->('run.json', { seed => $seed, t0 => $t0, control_end => $control_end,
+		main_start => $main_start, faults_end => $faults_end, healed => $healed,
+		deadline => $deadline, quarantine_s => $quarantine_s, resources => $resources,
+		nodes => [ map { $_->addr } @redis ], recovery => \%recovery });
+}
+
+my $history = FeatureSoak::read_history(grep { -e } @files);
 my $rep = FeatureSoak::check(events => $history, faults => \@faults, audit => \@audit);
 
 # waits that ended in a grant: was the holder before on this server or the
@@ -506,27 +659,41 @@ for my $l (sort { $a->{ret} <=> $b->{ret} } @{ $rep->{leases} })
 }
 my $kept_alive = grep { $_->{kind} eq 'keepalive' && $_->{to} - $_->{ret} > 2.0 } @{ $rep->{leases} };
 my $minutes = ($deadline - $t0) / 60;
+my $control_grants = grep { $_->{ret} < $control_end } @{ $rep->{leases} };
+my $quarantine_seen = 0;
+$quarantine_seen += $_ for values %quarantine_seen;
 
-my $summary = sprintf("feature soak, seed %s: %d s of faults + %d s without\n", $seed, $seconds, $tail);
-$summary .= sprintf("  %-46s %d (%.0f per minute)\n", 'grants', $rep->{grants}, $rep->{grants} / $minutes);
-$summary .= sprintf("  %-46s %d\n", "grants: $_", $rep->{kinds}{$_}) for sort keys %{ $rep->{kinds} };
-$summary .= sprintf("  %-46s %d\n", "refused: $_", $rep->{refused}{$_}) for sort keys %{ $rep->{refused} };
-$summary .= sprintf("  %-46s %d\n", 'waits granted after a holder on this server', $waited{local} // 0);
-$summary .= sprintf("  %-46s %d\n", 'waits granted after a holder on the other', $waited{'other server'} // 0);
-$summary .= sprintf("  %-46s %d\n", 'keep-alive leases held past their TTL', $kept_alive);
-$summary .= sprintf("  %-46s %d\n", 'fenced writes accepted', $rep->{writes_ok});
-$summary .= sprintf("  %-46s %d\n", "fenced writes refused: $_", $rep->{writes_refused}{$_})
+my $summary = sprintf("feature soak, seed %s: %d s of faults with the quarantine off (control),"
+	  . " %d s turning it on (%d s), %d s of faults with it, %d s without\n",
+	$seed, $control, $switch, $quarantine_s, $main, $tail);
+$summary .= sprintf("  %-50s %d (%.0f per minute)\n", 'grants', $rep->{grants}, $rep->{grants} / $minutes);
+$summary .= sprintf("  %-50s %d\n", 'grants in the control phase', $control_grants);
+$summary .= sprintf("  %-50s %d\n", "grants: $_", $rep->{kinds}{$_}) for sort keys %{ $rep->{kinds} };
+$summary .= sprintf("  %-50s %d\n", "refused: $_", $rep->{refused}{$_}) for sort keys %{ $rep->{refused} };
+$summary .= sprintf("  %-50s %d\n", 'waits granted after a holder on this server', $waited{local} // 0);
+$summary .= sprintf("  %-50s %d\n", 'waits granted after a holder on the other', $waited{'other server'} // 0);
+$summary .= sprintf("  %-50s %d\n", 'keep-alive leases held past their TTL', $kept_alive);
+$summary .= sprintf("  %-50s %d\n", 'fenced writes accepted', $rep->{writes_ok});
+$summary .= sprintf("  %-50s %d\n", "fenced writes refused: $_", $rep->{writes_refused}{$_})
   for sort keys %{ $rep->{writes_refused} };
-$summary .= sprintf("  %-46s %d\n", "fault: $_", $count{$_}) for sort keys %count;
-$summary .= sprintf("  %-46s %.1f s\n", 'node clock ahead after the jumps', $max_skew) if $max_skew;
-$summary .= sprintf("  %-46s %d\n", 'OVERLAPS of two holders', scalar @{ $rep->{overlaps} });
-$summary .= sprintf("  %-46s %d\n", 'overlaps after a clock jump (known limit)', scalar @{ $rep->{overlaps_clock} });
-$summary .= sprintf("  %-46s %d\n", 'overlaps after a wipe (no quarantine yet)', scalar @{ $rep->{overlaps_wipe} });
-$summary .= sprintf("  %-46s %d\n", 'TOKENS out of grant order', scalar @{ $rep->{token_order} });
-$summary .= sprintf("  %-46s %d\n", 'FENCE: stale tokens accepted', scalar @{ $rep->{fence} });
-$summary .= sprintf("  %-46s %s\n", "lease again after the faults ($_)",
+$summary .= sprintf("  %-50s %d\n", "fault: $_", $count{$_}) for sort grep { !/^control: / } keys %count;
+$summary .= sprintf("  %-50s %d\n", 'quarantined nodes seen in redlock_nodes', $quarantine_seen);
+$summary .= sprintf("  %-50s %.1f s\n", 'node clock ahead after the jumps', $max_skew) if $max_skew;
+$summary .= sprintf("  %-50s %d\n", 'OVERLAPS of two holders', scalar @{ $rep->{overlaps} });
+$summary .= sprintf("  %-50s %d\n", 'overlaps after a clock jump (known limit)', scalar @{ $rep->{overlaps_clock} });
+$summary .= sprintf("  %-50s %d\n", 'TOKENS out of grant order', scalar @{ $rep->{token_order} });
+$summary .= sprintf("  %-50s %d\n", 'FENCE: stale tokens accepted', scalar @{ $rep->{fence} });
+$summary .= sprintf("  %-50s %s\n", "lease again after the faults ($_)",
 	defined $recovery{$_} ? sprintf('%.3f s', $recovery{$_}) : 'never') for sort keys %recovery;
+$summary .= "  the control phase (quarantine off):\n";
+$summary .= sprintf("  %-50s %d\n", $_, $count{$_}) for sort grep { /^control: / } keys %count;
+$summary .= sprintf("  %-50s %d\n", 'control: overlaps after a wipe (not failed)',
+	scalar @{ $rep->{overlaps_wipe} });
 diag "\n$summary";
+{
+	open my $fh, '>', "$histdir/summary.txt" or die $!;
+	print $fh $summary;
+}
 for my $o (@{ $rep->{overlaps} }, @{ $rep->{overlaps_clock} }, @{ $rep->{overlaps_wipe} })
 {
 	diag sprintf("overlap on %s: %s and %s (tokens %s), %.3f s from %.3f",
@@ -547,9 +714,10 @@ for my $o (@{ $rep->{overlaps} }, @{ $rep->{overlaps_clock} }, @{ $rep->{overlap
 	diag "leases of an overlap:\n" . show_lease($o->{first}) . show_lease($o->{second});
 }
 # the faults' times, for reading the overlaps above
-diag join('', map { sprintf("fault at %.3f: %s %s\n", $_->{t} - $t0, $_->{label}, $_->{node} // $_->{server}) } @faults)
-  if @{ $rep->{overlaps} } || @{ $rep->{overlaps_clock} } || @{ $rep->{overlaps_wipe} }
-  || @{ $rep->{token_order} } || @{ $rep->{fence} };
+diag join('', map {
+	sprintf("fault at %.3f: %s %s\n", $_->{t} - $t0, $_->{label}, $_->{node} // $_->{server})
+} @faults)
+  if @{ $rep->{overlaps} } || @{ $rep->{overlaps_clock} } || @{ $rep->{token_order} } || @{ $rep->{fence} };
 diag "token order: $_->{res}: $_->{earlier} ($_->{earlier_tok}) before $_->{later} ($_->{later_tok})"
   for @{ $rep->{token_order} };
 diag "fence: row $_->{row} accepted $_->{new} after $_->{old} ($_->{writer})" for @{ $rep->{fence} };
@@ -567,16 +735,14 @@ cmp_ok($rep->{writes_ok}, '>', 0, 'fenced writes were accepted');
 for my $k (@all_kinds)
 {
 	next if $k eq 'clock' && !defined $fake_node;
-	my %label = (pause => 'SIGSTOP one node', pause2 => 'SIGSTOP two nodes',
-		kill9 => 'kill -9, restart from AOF', wipe => 'wipe data, restart',
-		clock => 'clock jump (one node)', term_wakeup => 'SIGTERM wake-up worker',
-		term_keepalive => 'SIGTERM keep-alive worker', reload => 'pg_reload_conf() unchanged',
-		reload_change => 'reload with a changed setting',
-		terminate => 'pg_terminate_backend(holder)');
 	cmp_ok($count{ $label{$k} } // 0, '>', 0, "fault injected: $label{$k}");
 }
+cmp_ok($count{'control: wipe a node of a bare majority'} // 0, '>', 0,
+	'the control phase wiped nodes of a bare majority, with the quarantine off');
+cmp_ok($quarantine_seen, '>', 0, 'the servers quarantined nodes that restarted in the main phase');
 cmp_ok($max_skew, '>', 3, "libfaketime moved the node's clock forward") if defined $fake_node;
-is(scalar @{ $rep->{overlaps} }, 0, 'no two holders held a resource at once (outside clock jumps and wipes)');
+is(scalar @{ $rep->{overlaps} }, 0,
+	'no two holders held a resource at once (outside clock jumps; wipes included, under the quarantine)');
 is(scalar @{ $rep->{token_order} }, 0, 'tokens increase in the order of the grants');
 is(scalar @{ $rep->{fence} }, 0, 'every fenced row accepted only increasing tokens');
 for my $s ('east', 'west')
@@ -590,4 +756,25 @@ for my $pg (@pg)
 }
 
 $_->stop for @pg;
+rmtree($histdir) if Test::More->builder->is_passing && !$ENV{SOAK_HISTORY};
 done_testing();
+
+# a failing run's history stays, with the servers' and the nodes' logs (also
+# when the test died on the way), and its place is printed
+END
+{
+	my $exit = $?;
+	if (defined $histdir && -d $histdir)
+	{
+		if ($exit || !Test::More->builder->is_passing)
+		{
+			File::Copy::copy($_->logfile, "$histdir/postgres-" . $_->name . '.log') for @pg;
+			for my $i (0 .. $#redis)
+			{
+				File::Copy::copy("$redis[$i]{dir}/redis.log", "$histdir/redis-$i.log");
+			}
+		}
+		diag "the history of this run is in $histdir (test/soak-picture.sh draws it)";
+	}
+	$? = $exit;
+}
