@@ -11,6 +11,7 @@
 #   nodes=$(bench_nodes redis 5 [args]) 5 Redis nodes on free loopback ports
 #   bench_cluster pg name=value ...    a cluster on a unix socket only
 #   bench_use pg                       PGHOST, PGPORT... of that cluster
+#   bench_uptime                       the machine's load (uptime), to report
 #   bench_floor_build DIR              DIR/floor, from bench/floor.c
 #   bench_floor_capture DIR PORT TTL   the commands of one lock and unlock
 #                                      of the extension, for DIR/floor
@@ -160,6 +161,10 @@ bench_cpu_now() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5
 
 # bench_busy B0 T0 B1 T1: the busy share in %, between two bench_cpu_now
 bench_busy() { awk -v b=$(($3 - $1)) -v t=$(($4 - $2)) 'BEGIN { printf "%.0f", (t > 0 ? 100 * b / t : 0) }'; }
+
+# bench_uptime: the machine's load as uptime(1) prints it, for a report
+# ("12:15:42 up 7 min, 0 users, load average: 2.80, 1.11, 0.44")
+bench_uptime() { uptime | sed 's/^ *//; s/  */ /g'; }
 
 # bench_idle_busy: how busy the shared machine is (all CPUs, %) over 3 s,
 # with none of our load

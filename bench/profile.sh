@@ -53,6 +53,7 @@ bench_build
 rm -rf "$P"; mkdir -p "$P"
 bench_workdir profile
 echo "== the machine was $(bench_idle_busy)% busy (all CPUs, $(nproc) CPUs) over 3 s, with none of this load" | tee "$P/idle_busy.txt"
+echo "== uptime at the start: $(bench_uptime)" | tee -a "$P/idle_busy.txt"
 NODES=$(bench_nodes redis 5 --appendonly yes --appendfsync everysec)
 BASE=${NODES%%,*}; BASE=${BASE##*:}	# the node profiled in C and D, and captured
 PORTS=$(echo "$NODES" | tr ',' '\n' | sed 's/.*://')
@@ -239,3 +240,4 @@ perf report -i "$P/system.data" --no-children --sort comm --stdio -g none 2>/dev
 perf report -i "$P/system.data" --no-children --comm postgres --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -30 > "$P/system_postgres_sym.txt"
 echo "-- postgres processes, top symbols"; head -20 "$P/system_postgres_sym.txt"
 grep -E '^tps|latency average' "$P/pgbench16.out"
+echo "== uptime at the end: $(bench_uptime)" | tee -a "$P/idle_busy.txt"

@@ -56,7 +56,8 @@
 #
 # Every repeat runs all of them, in an order rotated from repeat to repeat.
 # The machine's load is recorded: busy share of all CPUs over 3 s before
-# and after (none of our load), /proc/loadavg, and during each measurement
+# and after (none of our load), uptime(1) before, after and at the start of
+# every repeat, and during each measurement
 # the CPU used by other processes than ours (the machine's busy jiffies
 # less those of our redis-servers, our cluster's processes and the
 # client).  Raw data: bench/out-targets/.
@@ -178,9 +179,8 @@ our_cpu() {
 	done
 	echo "$t"
 }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 kv idle_busy_before "$(bench_idle_busy)"
-kv loadavg_before "$(loadavg)"
+kv uptime_before "$(bench_uptime)"
 
 # measure NAME REP COMMAND...: runs COMMAND (stdout to OUT/NAME_REP.out),
 # recording the machine's busy share and the other processes' share of all
@@ -236,7 +236,7 @@ pgb_check() {	# NAME REP: the tps of a pgbench run; fails on failed clients
 
 ITEMS=(floor rl1 node1 rl16 node16 pgb1 nodew1)
 for ((r = 1; r <= REPS; r++)); do
-	kv "loadavg_$r" "$(loadavg)"
+	kv "uptime_$r" "$(bench_uptime)"
 	for ((k = 0; k < ${#ITEMS[@]}; k++)); do
 		item=${ITEMS[$(((k + r - 1) % ${#ITEMS[@]}))]}
 		case $item in
@@ -275,7 +275,7 @@ for ((r = 1; r <= REPS; r++)); do
 	done
 done
 kv idle_busy_after "$(bench_idle_busy)"
-kv loadavg_after "$(loadavg)"
+kv uptime_after "$(bench_uptime)"
 
 # ---------------------------------------------------------------- plot
 # CDFs of every timed call and cycle, all repeats: "x fraction" per line
@@ -362,7 +362,8 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "| machine | $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME") |"
 	echo "| software | $(q -c 'SELECT version()' | cut -d, -f1), redlock $(q -c "SELECT extversion FROM pg_extension WHERE extname = 'redlock'") (commit $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src sql 2>/dev/null || echo ", src/ or sql/ modified")), $(redis-server --version | awk '{print $1, $2, $3}'), hiredis $(dpkg-query -W -f='${Version}' libhiredis-dev 2>/dev/null), node $(node --version), redlock $(node -p "require('./bench/node/node_modules/redlock/package.json').version") with ioredis $(node -p "require('./bench/node/node_modules/ioredis/package.json').version") |"
 	echo "| setup | 5 redis-server nodes on free loopback ports, AOF with appendfsync everysec; one cluster on a unix socket, redlock in shared_preload_libraries, fsync=on, jit=off, redlock.node_timeout=500ms; lock TTL $TTL ms everywhere |"
-	echo "| load | before the run $(get idle_busy_before)% of all CPUs busy over 3 s (load average $(get loadavg_before)), after it $(get idle_busy_after)% ($(get loadavg_after)); other processes than this benchmark's used $others_med% of all CPUs during a measurement (median), at most $others_max% |"
+	echo "| load | before the run $(get idle_busy_before)% of all CPUs busy over 3 s, after it $(get idle_busy_after)%; other processes than this benchmark's used $others_med% of all CPUs during a measurement (median), at most $others_max% |"
+	echo "| uptime | before: \`$(get uptime_before)\`; after: \`$(get uptime_after)\` (at the start of each repeat: below) |"
 	echo "| repeats | $REPS, interleaved (the order of the measurements rotated from repeat to repeat); every figure is the median of the repeats' figures, per repeat after it; ratios are between medians |"
 	echo
 	echo "## Targets"
@@ -432,6 +433,10 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "  node-redlock waits for all 5 replies before it settles a lock or an unlock, and runs"
 	echo "  EVALSHA of its scripts (SET NX PX; GET and DEL), no fencing token. Workers: $WORKERS async"
 	echo "  loops sharing it, each on its own resource, counting the cycles completed in $SECS s."
+	echo
+	echo "Machine load (uptime) at the start of each repeat:"
+	echo
+	for ((r = 1; r <= REPS; r++)); do echo "- repeat $r: \`$(get "uptime_$r")\`"; done
 	echo
 	echo "Run time of the whole command: $(( $(date +%s) - START_TS )) s. Raw data: \`bench/out-targets/\` (not committed)."
 } > "$REPORT_FILE"
