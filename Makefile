@@ -12,6 +12,7 @@ OBJS = \
 	src/node_tls.o \
 	src/node_resolve.o \
 	src/node_pipeline.o \
+	src/node_script.o \
 	src/node_round.o \
 	src/node_wait.o \
 	src/node_server.o \

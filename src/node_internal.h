@@ -6,7 +6,8 @@
  *	  (addresses), node_sock.c (the socket and its buffers), node_tls.c
  *	  (TLS), node_pipeline.c (commands queued on a connection and the
  *	  replies it owes), node_server.c (which server answers: INFO server
- *	  at connect, and the quarantine of one that restarted), node_report.c (failures told, with hints), node_round.c
+ *	  at connect, and the quarantine of one that restarted), node_report.c (failures told, with hints),
+ *	  node_script.c (scripts sent by their SHA1), node_round.c
  *	  (one request sent to every node, replies awaited) and node_wait.c
  *	  (the wait itself).
  *
@@ -104,10 +105,15 @@ typedef struct RlNode
 	uint64_t	owed[RL_MAX_OWED];
 	char	   *owed_cmd[RL_MAX_OWED];	/* must-deliver: kept until answered */
 	int			owed_cmd_len[RL_MAX_OWED];
+	bool		owed_by_sha[RL_MAX_OWED];	/* sent as EVALSHA */
 	int			owed_head;
 	int			owed_count;
 	int64_t		last_progress_us;	/* last reply, or when owing began */
 	int64_t		last_heard_us;	/* last reply or push */
+
+	/* scripts (node_script.c): bit i: this connection ran script i */
+	uint32		scripts_run;
+	bool		evalsha_refused;	/* an ACL allows EVAL but not EVALSHA */
 
 	/* input on this connection */
 	uint64_t	bytes_in;		/* bytes read since it was opened */
@@ -222,6 +228,12 @@ extern int	sock_write(RlNode *node, char *err, size_t errlen);
 extern int	sock_read(RlNode *node, char *err, size_t errlen);
 extern size_t sock_unparsed(const RlNode *node);
 extern bool sock_has_buffered_input(const RlNode *node);
+
+/* node_script.c */
+extern bool script_by_sha(RlNode *node, const RlRequest *req, const char *eval,
+						  int evallen, char **shacmd, int *shalen);
+extern bool script_refused(RlNode *node, const redisReply *reply);
+extern void script_forget_all(RlNode *node);
 
 /* node_pipeline.c */
 extern bool pipeline_queue(RlNode *node, const RlRequest *req, uint64_t tag);

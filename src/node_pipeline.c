@@ -82,6 +82,7 @@ pipeline_owe(RlNode *node, uint64_t tag)
 	node->owed[slot] = tag;
 	node->owed_cmd[slot] = NULL;
 	node->owed_cmd_len[slot] = 0;
+	node->owed_by_sha[slot] = false;
 	node->owed_count++;
 	return true;
 }
@@ -177,31 +178,44 @@ pipeline_forget_kept(RlNode *node)
 	node->nkept = 0;
 }
 
-/* Append the request to the node's connection, owing a reply tagged tag. */
+/*
+ * Append the request to the node's connection, owing a reply tagged tag.
+ * A script the connection ran before goes as EVALSHA (node_script.c); a
+ * must-deliver command is kept by its text all the same, which any
+ * connection can run.
+ */
 bool
 pipeline_queue(RlNode *node, const RlRequest *req, uint64_t tag)
 {
 	char	   *cmd;
 	int			len;
 	int			slot;
+	char	   *shacmd = NULL;
+	int			shalen = 0;
+	bool		by_sha;
+	bool		ok;
 
 	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
 	if (len <= 0)
 		return false;
 	if (req->no_reply)
 	{
-		bool		ok = sock_append(node, cmd, len);
-
+		ok = sock_append(node, cmd, len);
 		redisFreeCommand(cmd);
 		return ok;
 	}
 	slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
-	if (node->owed_count >= RL_MAX_OWED || !sock_append(node, cmd, len))
+	by_sha = script_by_sha(node, req, cmd, len, &shacmd, &shalen);
+	ok = node->owed_count < RL_MAX_OWED &&
+		(by_sha ? sock_append(node, shacmd, shalen) : sock_append(node, cmd, len));
+	free(shacmd);
+	if (!ok)
 	{
 		redisFreeCommand(cmd);
 		return false;
 	}
 	(void) pipeline_owe(node, tag);
+	node->owed_by_sha[slot] = by_sha;
 	if (req->must_deliver)
 	{
 		node->owed_cmd[slot] = cmd;
@@ -350,6 +364,38 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 	}
 }
 
+/*
+ * The node refused an EVALSHA whose reply was owed with tag
+ * (script_refused): send the command again by its text, owing the same
+ * tag.  kept is its text if it is must-deliver (taken over), NULL if not:
+ * then it is sent again only while its round still waits for it (req).
+ * False when nothing was sent again.
+ */
+static bool
+resend_by_text(RlNode *node, RlRequest *req, uint64_t tag, char *kept,
+			   int kept_len)
+{
+	int			idx = node - rl_nodes;
+	int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+
+	if (kept != NULL)
+	{
+		if (node->owed_count < RL_MAX_OWED && sock_append(node, kept, kept_len))
+		{
+			(void) pipeline_owe(node, tag);
+			node->owed_cmd[slot] = kept;
+			node->owed_cmd_len[slot] = kept_len;
+		}
+		else
+			keep_formatted(node, kept, kept_len);	/* for the next connection */
+		return true;
+	}
+	if (req != NULL && tag == rl_round_id && !req->skip[idx] &&
+		req->argv != NULL && req->results[idx].vote == RL_VOTE_PENDING)
+		return pipeline_queue(node, req, tag);
+	return false;
+}
+
 /* Mark the node's answer to this round as a protocol error. */
 static void
 mark_protocol_error(RlRequest *req, int idx)
@@ -364,6 +410,9 @@ pipeline_read(RlNode *node, RlRequest *req)
 {
 	int			idx = node - rl_nodes;
 	char		err[160];
+	char	   *kept;
+	int			kept_len;
+	bool		by_sha;
 
 	switch (sock_read(node, err, sizeof(err)))
 	{
@@ -436,16 +485,18 @@ pipeline_read(RlNode *node, RlRequest *req)
 			return;
 		}
 		tag = node->owed[node->owed_head];
-		if (node->owed_cmd[node->owed_head] != NULL)
-		{
-			redisFreeCommand(node->owed_cmd[node->owed_head]);
-			node->owed_cmd[node->owed_head] = NULL;
-		}
+		kept = node->owed_cmd[node->owed_head];
+		kept_len = node->owed_cmd_len[node->owed_head];
+		by_sha = node->owed_by_sha[node->owed_head];
+		node->owed_cmd[node->owed_head] = NULL;
 		node->owed_head = (node->owed_head + 1) % RL_MAX_OWED;
 		node->owed_count--;
 		node->last_progress_us = rl_now_us();
 
-		if (tag == RL_TAG_AUTH)
+		if (by_sha && script_refused(node, reply) &&
+			resend_by_text(node, req, tag, kept, kept_len))
+			kept = NULL;		/* sent again, or kept: its answer is to come */
+		else if (tag == RL_TAG_AUTH)
 		{
 			if (reply->type == REDIS_REPLY_ERROR)
 			{
@@ -472,6 +523,8 @@ pipeline_read(RlNode *node, RlRequest *req)
 				 req->results[idx].vote == RL_VOTE_PENDING)
 			take_reply(req, idx, reply);
 
+		if (kept != NULL)
+			redisFreeCommand(kept);
 		node_answering(node);
 		freeReplyObject(reply);
 	}

@@ -62,7 +62,7 @@ base      redlock.h guc.h guc.c guc_net.c node_list.c quorum.h quorum.c
 # the network: connections, TLS, resolving, pipelines, rounds
 net       nodes.h node_internal.h node_conn.c node_sock.c node_tls.c
           node_resolve.c node_pipeline.c node_round.c node_wait.c
-          node_server.c node_report.c
+          node_server.c node_report.c node_script.c
 # the Redlock protocol and its scripts
 protocol  protocol.h protocol_internal.h protocol.c protocol_extend.c
           protocol_handoff.c protocol_release.c

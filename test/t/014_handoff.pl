@@ -32,7 +32,8 @@ sub calls
 	}
 	return $n;
 }
-sub evals { return calls('eval') }
+# script calls, by text (EVAL) or by SHA1 (EVALSHA)
+sub evals { return calls('eval') + calls('evalsha') }
 sub publishes { return calls('publish') }
 
 # the value of $res's lock key on each node ('-' for none)
