@@ -2,7 +2,7 @@
 # Where the time of an uncontended lock/unlock cycle goes (bench/PROFILE.md;
 # not part of the timed runs):
 #   bash bench/profile.sh [--reps N] [--cycles N] [--before REV]
-#                         [--pg-config PATH] [--private-copy DIR]
+#                         [--sections LETTERS] [--pg-config PATH] [--private-copy DIR]
 #       -> bench/out/profile/*.txt, summary on stdout
 # Needs linux-perf and strace (installed here if missing).  Builds and
 # installs the extension into the PostgreSQL installation of --pg-config,
@@ -12,7 +12,8 @@
 # clusters on unix sockets (test/pg-cluster.sh): lt with redlock in
 # shared_preload_libraries (the lock table), np without.
 #  F. the split of one cycle, REPS interleaved repeats of CYCLES cycles
-#     (default 3 x 3000): the floor client (bench/floor.c) with the
+#     (default 3 x 3000; on a busy machine rather more and shorter, e.g.
+#     --reps 15 --cycles 600), each in an order rotated from the last: the floor client (bench/floor.c) with the
 #     extension's own commands, and with a plain owner-checked GET + DEL
 #     release instead of today's release script (sent as the extension
 #     sends its own: by SHA1 when it does); redlock_try_lock and
@@ -30,11 +31,12 @@
 #     (each after a SET of the lock in the same script), sent by their text
 #     (EVAL) and by their SHA1 (EVALSHA)
 #  E. system-wide CPU by process during 16 pgbench clients on distinct resources
-# (A to E on lt.)
+# (A to E on lt.)  --sections runs only some of them, e.g. --sections FD
+# (default FABCDE).
 set -eu
 
 usage() {
-	echo "usage: bash bench/profile.sh [--reps N] [--cycles N] [--before REV] $BENCH_PG_OPTIONS" >&2
+	echo "usage: bash bench/profile.sh [--reps N] [--cycles N] [--before REV] [--sections LETTERS] $BENCH_PG_OPTIONS" >&2
 	exit 2
 }
 
@@ -45,16 +47,19 @@ P=$ROOT/bench/out/profile
 REPS=3
 CYCLES=3000
 BEFORE=
+SECTIONS=FABCDE
 while [ $# -gt 0 ]; do
 	if bench_pg_option "$@"; then shift "$BENCH_SHIFT"; continue; fi
 	case "$1" in
+	--sections) [ $# -ge 2 ] || usage; SECTIONS=$2; shift 2 ;;
 	--before) [ $# -ge 2 ] || usage; BEFORE=$2; shift 2 ;;
 	--reps) [ $# -ge 2 ] || usage; REPS=$2; shift 2 ;;
 	--cycles) [ $# -ge 2 ] || usage; CYCLES=$2; shift 2 ;;
 	*) usage ;;
 	esac
 done
-[[ $REPS =~ ^[0-9]+$ && $CYCLES =~ ^[0-9]+$ ]] && [ "$CYCLES" -ge 100 ] || usage
+[[ $REPS =~ ^[0-9]+$ && $CYCLES =~ ^[0-9]+$ && $SECTIONS =~ ^[A-F]+$ ]] && [ "$CYCLES" -ge 100 ] || usage
+want() { [[ $SECTIONS == *$1* ]]; }
 if [ -n "$BEFORE" ] && [ -z "$bench_private" ]; then
 	echo "profile: --before needs --private-copy (the earlier build goes into a second copy)" >&2
 	exit 2
@@ -109,8 +114,7 @@ END \$\$;
 SQL
 done
 
-# F: the split of one cycle
-echo "== F: one cycle, split: floor vs redlock, $REPS x $CYCLES cycles"
+# the commands of one cycle (for F and D), captured from the extension
 bench_floor_build "$P"
 bench_use lt
 bench_floor_capture "$P" "$BASE" "$TTL"
@@ -134,6 +138,10 @@ fi
 	grep '^acquire ' "$P/floor_cmds.txt"
 	echo "release $plain_call \"1\" $(repr "$(rel_arg 3)") $(repr "$(rel_arg $((3 + nk)))")"
 } > "$P/floor_plain_cmds.txt"
+
+# F: the split of one cycle (the sections are not indented under their if)
+if want F; then
+echo "== F: one cycle, split: floor vs redlock, $REPS x $CYCLES cycles"
 HZ=$(getconf CLK_TCK)
 redis_cpu() { local t=0 p; for p in $PORTS; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$(rpid "$p")/stat"))); done; echo $t; }
 cat > "$P/cpu_of.sh" <<'EOF2'
@@ -142,8 +150,11 @@ EOF2
 SPLIT=$P/split.kv
 : > "$SPLIT"
 TIMEFORMAT='%3U %3S'
+FITEMS=(floor plain $CLUSTERS)
 for ((r = 1; r <= REPS; r++)); do
-	for what in floor plain $CLUSTERS; do
+	# in an order rotated from repeat to repeat
+	for ((k = 0; k < ${#FITEMS[@]}; k++)); do
+		what=${FITEMS[$(((k + r) % ${#FITEMS[@]}))]}
 		r0=$(redis_cpu)
 		case $what in
 		floor|plain)
@@ -195,9 +206,11 @@ fval() {	# fval WHAT KEY: median over the repeats
 		echo "| $d | $(fval $what acquire_p50) | $(fval $what release_p50) | $(fval $what cycle_p50) | $(fval $what clientcpu) | $(fval $what rediscpu) |"
 	done
 } | tee "$P/split.md"
+fi
 bench_use lt
 
 # A: one session; warm up, then strace the backend over exactly 3000 cycles
+if want A; then
 echo "== A: syscalls of one backend over 3000 lock/unlock cycles (5 nodes)"
 q > /dev/null <<SQL
 SELECT loop(200, 'prof');
@@ -211,7 +224,10 @@ SQL
 awk 'NR <= 2 || /total/ || $4 ~ /^[0-9]+$/ { print }' "$P/strace.txt" | head -20 > "$P/strace_summary.txt"
 awk '$NF != "syscall" && $4 ~ /^[0-9]+$/ { printf "%-14s %8.2f per cycle\n", $NF, $4 / 3000 } /total/ { printf "%-14s %8.2f per cycle\n", "TOTAL", $3 / 3000 }' "$P/strace.txt" | tee "$P/syscalls_per_cycle.txt"
 
+fi
+
 # B + C: perf record the backend and one redis node over 10000 cycles
+if want B || want C; then
 echo "== B/C: perf record (cpu-clock) of the backend and of node $BASE over 10000 cycles"
 q > /dev/null <<SQL
 SELECT loop(200, 'prof');
@@ -232,8 +248,11 @@ echo "-- backend by dso"; cat "$P/backend_dso.txt"
 echo "-- backend self time by symbol"; head -25 "$P/backend_sym.txt"
 echo "-- redis node self time by symbol"; head -25 "$P/redis_sym.txt"
 
+fi
+
 # D: redis-server CPU per command (utime+stime of the node / commands),
 # REPS repeats in an order rotated from repeat to repeat, medians
+if want D; then
 echo "== D: redis-server CPU per command (one node, redis-benchmark -c 1 -n 50000, $REPS repeats)"
 acq_arg() { "$P/floor" --arg "$P/floor_cmds.txt" acquire 0 "$1"; }
 ACQ=$(bench_src_script "$P" ACQUIRE_SCRIPT)
@@ -242,15 +261,17 @@ SETL="redis.call('SET', KEYS[1], ARGV[1], 'PX', 30000)
 "
 hz=$(getconf CLK_TCK)
 cpu_of() { awk '{ print $14 + $15 }' "/proc/$(rpid $BASE)/stat"; }
-# dbench NAME SCRIPT|- ARGS...: redis-benchmark of EVAL or EVALSHA of SCRIPT
-# (NAME ending in /sha: by its SHA1, loaded first), or of a command (-)
+# dbench NAME SCRIPT|- OPTION|- ARGS...: redis-benchmark (with OPTION, e.g.
+# -r N) of EVAL or EVALSHA of SCRIPT with ARGS (NAME ending in /sha: by
+# its SHA1, loaded first; in /text: by its text), or of the command ARGS
 dbench() {
-	local name=$1 body=$2
-	shift 2
+	local name=$1 body=$2 opt=()
+	[ "$3" = - ] || read -r -a opt <<< "$3"
+	shift 3
 	case $name in
-	*/sha) redis-benchmark -p $BASE -c 1 -n 50000 -q "$@" EVALSHA "$(redis-cli -p $BASE SCRIPT LOAD "$body")" ;;
-	*/text) redis-benchmark -p $BASE -c 1 -n 50000 -q "$@" EVAL "$body" ;;
-	*) redis-benchmark -p $BASE -c 1 -n 50000 -q "$@" ;;
+	*/sha) redis-benchmark -p $BASE -c 1 -n 50000 -q "${opt[@]}" EVALSHA "$(redis-cli -p $BASE SCRIPT LOAD "$body")" "$@" ;;
+	*/text) redis-benchmark -p $BASE -c 1 -n 50000 -q "${opt[@]}" EVAL "$body" "$@" ;;
+	*) redis-benchmark -p $BASE -c 1 -n 50000 -q "${opt[@]}" "$@" ;;
 	esac
 }
 DITEMS=(PING SET SET_ONLY/sha ACQUIRE/text ACQUIRE/sha SET+RELEASE/text SET+RELEASE/sha SET+PLAIN/text SET+PLAIN/sha)
@@ -260,13 +281,13 @@ for ((r = 0; r < REPS; r++)); do
 		what=${DITEMS[$(((k + r) % ${#DITEMS[@]}))]}
 		c0=$(cpu_of); t0=$(date +%s%N)
 		case $what in
-		PING) dbench $what - -t ping_mbulk ;;
-		SET) dbench $what - -t set ;;
-		SET_ONLY/*) dbench $what "${SETL}return 0" 1 "$(rel_arg 3)" "$(rel_arg $((3 + nk)))" ;;
+		PING) dbench $what - "-t ping_mbulk" ;;
+		SET) dbench $what - "-t set" ;;
+		SET_ONLY/*) dbench $what "${SETL}return 0" - 1 "$(rel_arg 3)" "$(rel_arg $((3 + nk)))" ;;
 		# a fresh lock every time (the counter is raised only the first time)
-		ACQUIRE/*) dbench $what "$ACQ" -r 100000000 2 "$(acq_arg 3):__rand_int__" "$(acq_arg 4)" "$(acq_arg 5)" "$(acq_arg 6)" "$(acq_arg 7)" ;;
-		SET+RELEASE/*) dbench $what "$SETL$REL" 1 "$(rel_arg 3)" "$(rel_arg $((3 + nk)))" "$(rel_arg $((4 + nk)))" ;;
-		SET+PLAIN/*) dbench $what "$SETL$PLAIN" 1 "$(rel_arg 3)" "$(rel_arg $((3 + nk)))" ;;
+		ACQUIRE/*) dbench $what "$ACQ" "-r 100000000" 2 "$(acq_arg 3):__rand_int__" "$(acq_arg 4)" "$(acq_arg 5)" "$(acq_arg 6)" "$(acq_arg 7)" ;;
+		SET+RELEASE/*) dbench $what "$SETL$REL" - 1 "$(rel_arg 3)" "$(rel_arg $((3 + nk)))" "$(rel_arg $((4 + nk)))" ;;
+		SET+PLAIN/*) dbench $what "$SETL$PLAIN" - 1 "$(rel_arg 3)" "$(rel_arg $((3 + nk)))" ;;
 		esac > /dev/null 2>&1
 		c1=$(cpu_of); t1=$(date +%s%N)
 		echo "$what $((c1 - c0)) $(((t1 - t0) / 1000))" >> "$P/redis_per_command.kv"
@@ -279,7 +300,10 @@ for what in "${DITEMS[@]}"; do
 		"$P/redis_per_command.kv"
 done | tee "$P/redis_per_command.txt"
 
+fi
+
 # E: 16 clients on distinct resources, system-wide CPU by process
+if want E; then
 echo "== E: 16 pgbench clients, distinct resources: CPU by command name (perf record -a, 8 s)"
 echo "SELECT bench_cycle('c:' || :client_id);" > "$P/distinct.sql"
 pgbench -n -f "$P/distinct.sql" -c 16 -j 2 -T 12 > "$P/pgbench16.out" 2>&1 &
@@ -291,4 +315,5 @@ perf report -i "$P/system.data" --no-children --sort comm --stdio -g none 2>/dev
 perf report -i "$P/system.data" --no-children --comm postgres --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -30 > "$P/system_postgres_sym.txt"
 echo "-- postgres processes, top symbols"; head -20 "$P/system_postgres_sym.txt"
 grep -E '^tps|latency average' "$P/pgbench16.out"
+fi
 echo "== uptime at the end: $(bench_uptime)" | tee -a "$P/idle_busy.txt"
