@@ -13,6 +13,7 @@ OBJS = \
 	src/net/node_tls.o \
 	src/net/node_sock.o \
 	src/net/node_resolve.o \
+	src/net/node_script.o \
 	src/net/node_queue.o \
 	src/net/node_fail.o \
 	src/net/node_server.o \

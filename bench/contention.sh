@@ -5,15 +5,10 @@
 #   bash bench/contention.sh [--pg-config PATH] [--private-copy DIR]
 #                            [--seconds N] [--reps N] [--no-report]
 #
-# --pg-config     the PostgreSQL installation to build against, install into
-#                 and run (default: Debian 12's PostgreSQL 15,
-#                 /usr/lib/postgresql/15/bin/pg_config)
-# --private-copy  first copy that installation (its bin/lib, share and
-#                 include directories) under DIR, keeping their absolute
-#                 paths (PostgreSQL finds its files relative to its
-#                 binaries), and build, install and run there: the
-#                 extension is never installed into the shared
-#                 installation.  E.g. --private-copy /tmp/pgcopy
+# --pg-config, --private-copy   which PostgreSQL installation to build,
+#                 install and run in, or a private copy of it (bench/lib.sh;
+#                 e.g. --private-copy /tmp/pgcopy leaves the shared
+#                 installation alone)
 # --seconds       length of each contended pgbench run (default 20)
 # --reps          interleaved repeats of every run (default 3)
 # --no-report     leave bench/CONTENTION.md and the plot alone (raw data and
@@ -61,22 +56,19 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: bash bench/contention.sh [--pg-config PATH] [--private-copy DIR] [--seconds N] [--reps N] [--no-report]" >&2
+	echo "usage: bash bench/contention.sh $BENCH_PG_OPTIONS [--seconds N] [--reps N] [--no-report]" >&2
 	exit 2
 }
 
+top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/bench/lib.sh"
 CMD="bash bench/contention.sh${*:+ $*}"
-pg_config=
-private=
 SECS=20
 REPS=3
 REPORT=1
 while [ $# -gt 0 ]; do
+	if bench_pg_option "$@"; then shift "$BENCH_SHIFT"; continue; fi
 	case "$1" in
-	--pg-config) [ $# -ge 2 ] || usage; pg_config=$2; shift 2 ;;
-	--pg-config=*) pg_config=${1#*=}; shift ;;
-	--private-copy) [ $# -ge 2 ] || usage; private=$2; shift 2 ;;
-	--private-copy=*) private=${1#*=}; shift ;;
 	--seconds) [ $# -ge 2 ] || usage; SECS=$2; shift 2 ;;
 	--reps) [ $# -ge 2 ] || usage; REPS=$2; shift 2 ;;
 	--no-report) REPORT=0; shift ;;
@@ -89,20 +81,17 @@ RTT_N=2000
 CLIENTS=8
 HOT=3
 
-top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 START_TS=$(date +%s)
 DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 
-. "$top/bench/lib.sh"
-bench_pg "$pg_config" "$private"
+bench_pg "$bench_pg_config" "$bench_private"
 bench_build
 
 OUT=$top/bench/out-contention
 rm -rf "$OUT"
 mkdir -p "$OUT"
 bench_workdir contention	# stops every cluster and node under it at exit
-work=$BENCH_WORK
 
 echo "== 5 Redis nodes, three clusters" >&2
 NODES=$(bench_nodes redis 5)
@@ -116,8 +105,7 @@ bench_cluster lt shared_preload_libraries=redlock "${common[@]}"
 bench_cluster b shared_preload_libraries=redlock "${common[@]}"
 bench_cluster poll "${common[@]}"
 
-# use CLUSTER: the environment of that cluster
-use() { unset PGHOST PGPORT PGUSER PGDATABASE; . "$work/$1/env"; }
+use() { bench_use "$1"; }
 q() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
 log() { echo "-- $*" >&2; }
 
@@ -211,9 +199,9 @@ rounds() {	# Redlock rounds (acquire attempts) summed over the clusters; "" with
 	done
 	echo "$t"
 }
-cpu_now() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
-read -r b0 t0 < <(cpu_now); sleep 3; read -r b1 t1 < <(cpu_now)
-IDLE_BUSY=$(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.0f", 100 * b / t }')
+cpu_now() { bench_cpu_now; }
+IDLE_BUSY=$(bench_idle_busy)
+UPTIME_BEFORE=$(bench_uptime)
 
 RUNS=$OUT/runs.tsv	# run kind cluster rep clients secs tps evals busy% rounds
 : > "$RUNS"
@@ -377,6 +365,7 @@ horow() {
 	echo
 	echo "$DATE, $("$PG_CONFIG" --version), $(redis-server --version | awk '{print $1, $2, $3}'), $(nproc) CPUs"
 	echo "(shared machine: ${IDLE_BUSY}% busy with other people's load just before the run)."
+	echo "uptime before the runs: \`$UPTIME_BEFORE\`; after them: \`$(bench_uptime)\`."
 	echo "Every figure is the median of $REPS repeats, run interleaved in this one run"
 	echo "(adv, lt, lt2, poll, unc, ho_adv, ho_lt, ho_lt2, ho_poll, then again); ratios"
 	echo "are between medians of this run. Raw data: \`bench/out-contention/\` (not committed)."

@@ -17,7 +17,7 @@
 # Builds and installs the extension into the PostgreSQL installation of
 # --pg-config, or into a private copy of it (--private-copy DIR, see
 # bench/lib.sh), and runs one throwaway cluster on a unix socket
-# (test/pg-cluster.sh, fsync off as pg_virtualenv had it); no Redis.
+# (test/pg-cluster.sh, fsync off); no Redis.
 # Two workloads: "column" (the UPDATE sets the token column) and "setting"
 # (SET LOCAL redlock.fence_token; the trigger stamps it into the row).
 # Times are the server's EXPLAIN ANALYZE execution time (no parse, plan or
@@ -46,6 +46,7 @@ bench_pg "$bench_pg_config" "$bench_private"
 bench_build
 bench_workdir fence
 busy=$(bench_idle_busy)
+uptime_before=$(bench_uptime)
 bench_cluster pg fsync=off
 bench_use pg
 
@@ -162,6 +163,8 @@ for workload in column setting; do
 done
 
 echo "fence trigger cost: UPDATE of $rows rows, median of $rounds interleaved rounds (PostgreSQL $(psql_q -c 'SHOW server_version'); the machine was $busy% busy over 3 s before, with none of this load)"
+echo
+echo "uptime before the rounds: \`$uptime_before\`; after them: \`$(bench_uptime)\`"
 echo
 echo "| workload | trigger | median ms | ns/row | overhead ns/row |"
 echo "|---|---|---:|---:|---:|"

@@ -11,6 +11,7 @@
 #   nodes=$(bench_nodes redis 5 [args]) 5 Redis nodes on free loopback ports
 #   bench_cluster pg name=value ...    a cluster on a unix socket only
 #   bench_use pg                       PGHOST, PGPORT... of that cluster
+#   bench_uptime                       the machine's load (uptime), to report
 #   bench_floor_build DIR              DIR/floor, from bench/floor.c
 #   bench_floor_capture DIR PORT TTL   the commands of one lock and unlock
 #                                      of the extension, for DIR/floor
@@ -63,6 +64,7 @@ bench_pg() {
 	fi
 	[ -x "$pg_config" ] || { echo "$BENCH_NAME: $pg_config is not an executable pg_config" >&2; exit 2; }
 	pg_config=$(cd "$(dirname "$pg_config")" && pwd)/$(basename "$pg_config")
+	BENCH_PG_SOURCE=$pg_config	# the installation a private copy is made of
 
 	if [ -n "$private" ]; then
 		pg_config=$(bash "$BENCH_TOP/test/pg-copy.sh" "$pg_config" "$private")
@@ -98,6 +100,25 @@ bench_build() {
 	make -s -C "$BENCH_TOP" PG_CONFIG="$PG_CONFIG" > /dev/null
 	make -s -C "$BENCH_TOP" install PG_CONFIG="$PG_CONFIG" > /dev/null
 	export BENCH_INSTALLED=$PG_CONFIG
+}
+
+# bench_build_rev REV DIR: the extension as it was at git revision REV of
+# this repository (e.g. main), built and installed into a second private
+# copy of the installation, DIR (the current build stays in the first);
+# prints that copy's pg_config.  For an A/B comparison in one run
+# (bench/profile.sh --before).
+bench_build_rev() {
+	local rev=$1 dir=$2 src pgc
+	git -C "$BENCH_TOP" rev-parse --verify -q "$rev^{commit}" > /dev/null ||
+		{ echo "$BENCH_NAME: $rev is no revision of $BENCH_TOP" >&2; exit 2; }
+	pgc=$(bash "$BENCH_TOP/test/pg-copy.sh" "$BENCH_PG_SOURCE" "$dir")
+	src=$(mktemp -d "/tmp/redlock-rev.XXXXXX")
+	git -C "$BENCH_TOP" archive "$rev" | tar -x -C "$src"
+	echo "== build and install $rev ($(git -C "$BENCH_TOP" rev-parse --short "$rev")) into $dir" >&2
+	make -s -C "$src" PG_CONFIG="$pgc" > /dev/null
+	make -s -C "$src" install PG_CONFIG="$pgc" > /dev/null
+	rm -rf "$src"
+	echo "$pgc"
 }
 
 # bench_workdir NAME: a fresh BENCH_WORK directory for the servers; at exit
@@ -160,6 +181,10 @@ bench_cpu_now() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5
 
 # bench_busy B0 T0 B1 T1: the busy share in %, between two bench_cpu_now
 bench_busy() { awk -v b=$(($3 - $1)) -v t=$(($4 - $2)) 'BEGIN { printf "%.0f", (t > 0 ? 100 * b / t : 0) }'; }
+
+# bench_uptime: the machine's load as uptime(1) prints it, for a report
+# ("12:15:42 up 7 min, 0 users, load average: 2.80, 1.11, 0.44")
+bench_uptime() { uptime | sed 's/^ *//; s/  */ /g'; }
 
 # bench_idle_busy: how busy the shared machine is (all CPUs, %) over 3 s,
 # with none of our load
@@ -250,18 +275,30 @@ bench_floor_capture() {
 # bench_src_scripts DIR: "SHA1 NAME" of every script literal in src/*/*.c
 bench_src_scripts() {
 	local f name
-	for f in "$BENCH_TOP"/src/*/*.c; do
+	for f in $(bench_src_files); do
 		for name in $(sed -n 's/^static const char \([A-Z_]*SCRIPT\)\[\] =.*/\1/p' "$f"); do
-			{
-				echo '#include <stdio.h>'
-				echo 'static const char s[] ='
-				sed -n "/^static const char $name\[\] =/,/;/{/^static const char/d;p}" "$f"
-				echo 'int main(void) { fwrite(s, 1, sizeof(s) - 1, stdout); return 0; }'
-			} > "$1/script.c"
-			cc -o "$1/script" "$1/script.c"
-			echo "$("$1/script" | sha1sum | cut -d' ' -f1) $name"
+			echo "$(bench_src_script "$1" "$name" | sha1sum | cut -d' ' -f1) $name"
 		done
 	done
+}
+
+# the C files of src/ (in folders or not)
+bench_src_files() { find "$BENCH_TOP/src" -name '*.c' | sort; }
+
+# bench_src_script DIR NAME: the text of the script literal NAME
+# ("static const char NAME[] = ...;") of src/, compiled and printed by a
+# program built in DIR
+bench_src_script() {
+	local f
+	f=$(grep -l "^static const char $2\[\] =" $(bench_src_files) | head -1)
+	[ -n "$f" ] || { echo "$BENCH_NAME: no script $2 in src/" >&2; return 1; }
+	{
+		echo '#include <stdio.h>'
+		echo 'static const char s[] ='
+		sed -n "/^static const char $2\[\] =/,/;/{/^static const char/d;p}" "$f"
+		echo 'int main(void) { fwrite(s, 1, sizeof(s) - 1, stdout); return 0; }'
+	} > "$1/script.c"
+	cc -o "$1/script" "$1/script.c" && "$1/script"
 }
 
 # bench_floor_sha DIR PHASE INDEX NAME: the SHA1 of that captured command's

@@ -195,6 +195,7 @@ SQL
 # ---------------------------------------------------------------- idle baseline
 # the machine is shared: how busy is it with none of our load?
 kv idle_busy "$(bench_idle_busy)"
+kv uptime_before "$(bench_uptime)"
 
 # ---------------------------------------------------------------- floor
 log "floor: redis-benchmark and a PostgreSQL statement"
@@ -308,7 +309,7 @@ seqval() { q -c "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM $1";
 redis_cpu() { local t=0 p; for p in "${PORTS[@]}"; do
 	t=$((t + $(awk '{ print $14 + $15 }' "/proc/$(node_pid "$p")/stat"))); done; echo $t; }
 evals() { local t=0 p; for p in "${PORTS[@]}"; do
-	t=$((t + $(redis-cli -p "$p" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_eval:calls=\([0-9]*\).*/\1/p'))); done; echo $t; }
+	t=$((t + $(redis-cli -p "$p" INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_eval(sha)?:/ { s += $3 } END { print s + 0 }'))); done; echo $t; }
 HZ=$(getconf CLK_TCK)
 NCPU=$(nproc)
 for ((r = 1; r <= REPS; r++)); do
@@ -382,6 +383,8 @@ for ((r = 1; r <= REPS; r++)); do
 done
 q -c "VACUUM acct_f, acct_a, acct_p" >/dev/null
 
+kv uptime_after "$(bench_uptime)"
+
 # ---------------------------------------------------------------- plot
 {
 bench_plot_cdf_head "$OUT/latency_cdf.png" \
@@ -438,6 +441,7 @@ node_timeout=$(q -c "LOAD 'redlock'" -c "SHOW redlock.node_timeout" | tr -d 'ms'
 	echo "| software | $(q -c 'SELECT version()' | cut -d, -f1), $(redis-server --version | awk '{print $1, $2, $3}'), hiredis $(dpkg-query -W -f='${Version}' libhiredis-dev 2>/dev/null) |"
 	echo "| setup | 5 redis-server nodes on free loopback ports ($NODES5; no persistence), a throwaway cluster on a unix socket (test/pg-cluster.sh) with fsync=on, max_connections=100, jit=off; redlock.node_timeout=${node_timeout} ms |"
 	echo "| background load | the machine was $(get idle_busy)% busy (all CPUs) over 3 s before the run, with none of this benchmark's load |"
+	echo "| uptime | before the measurements: \`$(get uptime_before)\`; after them: \`$(get uptime_after)\` |"
 	echo "| repeats | every figure is the median of $REPS interleaved repeats (per-repeat values after the slash-separated lists) |"
 	echo
 	echo "## Targets (issue 5)"

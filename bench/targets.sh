@@ -56,7 +56,8 @@
 #
 # Every repeat runs all of them, in an order rotated from repeat to repeat.
 # The machine's load is recorded: busy share of all CPUs over 3 s before
-# and after (none of our load), /proc/loadavg, and during each measurement
+# and after (none of our load), uptime(1) before, after and at the start of
+# every repeat, and during each measurement
 # the CPU used by other processes than ours (the machine's busy jiffies
 # less those of our redis-servers, our cluster's processes and the
 # client).  Raw data: bench/out-targets/.
@@ -165,40 +166,43 @@ log "release: $REL_CMDS"
 
 # ---------------------------------------------------------------- load
 HZ=$(getconf CLK_TCK)
-# CPU jiffies of our processes: the redis-servers, the cluster (postmaster,
-# its children, and the children it has reaped)
+# CPU jiffies of our processes: "redis cluster", the redis-servers, and the
+# cluster (postmaster, its children, and the children it has reaped)
 our_cpu() {
-	local t=0 p c
+	local r=0 t p c
 	for p in $PORTS; do
-		t=$((t + $(awk '{ print $14 + $15 }' "/proc/$(bench_node_pid redis "$p")/stat")))
+		r=$((r + $(awk '{ print $14 + $15 }' "/proc/$(bench_node_pid redis "$p")/stat")))
 	done
-	t=$((t + $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$PG_PM_PID/stat")))
+	t=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$PG_PM_PID/stat")
 	for c in $(pgrep -P "$PG_PM_PID"); do
 		t=$((t + $(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null || echo 0)))
 	done
-	echo "$t"
+	echo "$r $t"
 }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 kv idle_busy_before "$(bench_idle_busy)"
-kv loadavg_before "$(loadavg)"
+kv uptime_before "$(bench_uptime)"
 
 # measure NAME REP COMMAND...: runs COMMAND (stdout to OUT/NAME_REP.out),
 # recording the machine's busy share and the other processes' share of all
-# CPUs while it ran
+# CPUs while it ran, and the CPU (jiffies) of the redis-servers, of the
+# cluster and of the client (COMMAND) in it
 TIMEFORMAT='%3U %3S'
 measure() {
-	local name=$1 rep=$2 b0 t0 b1 t1 o0 o1 cu cs rc=0
+	local name=$1 rep=$2 b0 t0 b1 t1 r0 r1 p0 p1 cu cs c rc=0
 	shift 2
 	read -r b0 t0 < <(bench_cpu_now)
-	o0=$(our_cpu)
+	read -r r0 p0 < <(our_cpu)
 	{ time "$@" > "$OUT/${name}_$rep.out" 2> "$OUT/${name}_$rep.err" || rc=$?; } 2> "$OUT/${name}_$rep.time"
 	read -r b1 t1 < <(bench_cpu_now)
-	o1=$(our_cpu)
+	read -r r1 p1 < <(our_cpu)
 	read -r cu cs < "$OUT/${name}_$rep.time"
+	c=$(awk -v u="$cu" -v s="$cs" -v hz="$HZ" 'BEGIN { printf "%.0f", (u + s) * hz }')
 	kv "${name}_busy_$rep" "$(bench_busy "$b0" "$t0" "$b1" "$t1")"
-	kv "${name}_others_$rep" "$(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) -v o=$((o1 - o0)) \
-		-v c="$(awk -v u="$cu" -v s="$cs" 'BEGIN { print u + s }')" -v hz="$HZ" \
-		'BEGIN { x = t > 0 ? 100 * (b - o - c * hz) / t : 0; printf "%.0f", x < 0 ? 0 : x }')"
+	kv "${name}_others_$rep" "$(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) -v o=$((r1 - r0 + p1 - p0)) \
+		-v c="$c" 'BEGIN { x = t > 0 ? 100 * (b - o - c) / t : 0; printf "%.0f", x < 0 ? 0 : x }')"
+	kv "${name}_rediscpu_$rep" $((r1 - r0))
+	kv "${name}_pgcpu_$rep" $((p1 - p0))
+	kv "${name}_clientcpu_$rep" "$c"
 	if [ "$rc" != 0 ]; then
 		echo "targets: $name (repeat $rep) failed:" >&2
 		tail -5 "$OUT/${name}_$rep.err" >&2
@@ -236,7 +240,7 @@ pgb_check() {	# NAME REP: the tps of a pgbench run; fails on failed clients
 
 ITEMS=(floor rl1 node1 rl16 node16 pgb1 nodew1)
 for ((r = 1; r <= REPS; r++)); do
-	kv "loadavg_$r" "$(loadavg)"
+	kv "uptime_$r" "$(bench_uptime)"
 	for ((k = 0; k < ${#ITEMS[@]}; k++)); do
 		item=${ITEMS[$(((k + r - 1) % ${#ITEMS[@]}))]}
 		case $item in
@@ -275,7 +279,7 @@ for ((r = 1; r <= REPS; r++)); do
 	done
 done
 kv idle_busy_after "$(bench_idle_busy)"
-kv loadavg_after "$(loadavg)"
+kv uptime_after "$(bench_uptime)"
 
 # ---------------------------------------------------------------- plot
 # CDFs of every timed call and cycle, all repeats: "x fraction" per line
@@ -328,6 +332,24 @@ verdict() {	# verdict RATIO <= | >= LIMIT
 	awk -v x="$1" -v op="$2" -v l="$3" 'BEGIN { ok = (op == "<=") ? x + 0 <= l + 0 : x + 0 >= l + 0; print ok ? "**met**" : "**missed**" }'
 }
 fmt0() { printf '%.0f' "$1"; }
+# cycles NAME REP: the cycles a throughput run completed
+cycles() {
+	case $1 in
+	rl16|pgb1) sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/${1}_$2.out" ;;
+	*) val "$OUT/${1}_$2.out" cycles ;;
+	esac
+}
+# cpu_split NAME: "redis | PostgreSQL | client" CPU us per cycle, medians over the repeats
+cpu_split() {
+	local r w a=() b=() c=()
+	for ((r = 1; r <= REPS; r++)); do
+		w=$(cycles "$1" "$r")
+		a+=("$(awk -v j="$(get "${1}_rediscpu_$r")" -v n="$w" -v hz="$HZ" 'BEGIN { printf "%.0f", (n > 0 ? j / hz * 1e6 / n : 0) }')")
+		b+=("$(awk -v j="$(get "${1}_pgcpu_$r")" -v n="$w" -v hz="$HZ" 'BEGIN { printf "%.0f", (n > 0 ? j / hz * 1e6 / n : 0) }')")
+		c+=("$(awk -v j="$(get "${1}_clientcpu_$r")" -v n="$w" -v hz="$HZ" 'BEGIN { printf "%.0f", (n > 0 ? j / hz * 1e6 / n : 0) }')")
+	done
+	echo "$(median "${a[@]}") | $(median "${b[@]}") | $(median "${c[@]}")"
+}
 
 others_max=0
 others_all=()
@@ -362,7 +384,8 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "| machine | $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME") |"
 	echo "| software | $(q -c 'SELECT version()' | cut -d, -f1), redlock $(q -c "SELECT extversion FROM pg_extension WHERE extname = 'redlock'") (commit $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src sql 2>/dev/null || echo ", src/ or sql/ modified")), $(redis-server --version | awk '{print $1, $2, $3}'), hiredis $(dpkg-query -W -f='${Version}' libhiredis-dev 2>/dev/null), node $(node --version), redlock $(node -p "require('./bench/node/node_modules/redlock/package.json').version") with ioredis $(node -p "require('./bench/node/node_modules/ioredis/package.json').version") |"
 	echo "| setup | 5 redis-server nodes on free loopback ports, AOF with appendfsync everysec; one cluster on a unix socket, redlock in shared_preload_libraries, fsync=on, jit=off, redlock.node_timeout=500ms; lock TTL $TTL ms everywhere |"
-	echo "| load | before the run $(get idle_busy_before)% of all CPUs busy over 3 s (load average $(get loadavg_before)), after it $(get idle_busy_after)% ($(get loadavg_after)); other processes than this benchmark's used $others_med% of all CPUs during a measurement (median), at most $others_max% |"
+	echo "| load | before the run $(get idle_busy_before)% of all CPUs busy over 3 s, after it $(get idle_busy_after)%; other processes than this benchmark's used $others_med% of all CPUs during a measurement (median), at most $others_max% |"
+	echo "| uptime | before: \`$(get uptime_before)\`; after: \`$(get uptime_after)\` (at the start of each repeat: below) |"
 	echo "| repeats | $REPS, interleaved (the order of the measurements rotated from repeat to repeat); every figure is the median of the repeats' figures, per repeat after it; ratios are between medians |"
 	echo
 	echo "## Targets"
@@ -395,12 +418,16 @@ REPORT_FILE=$OUT/TARGETS.md
 	row "node-redlock, one client: unlock()" node1 unlock
 	row "node-redlock, one client: cycle" node1 cycle
 	echo
-	echo "| throughput, lock+unlock cycles/s | median | per repeat | busy % | others % |"
-	echo "|---|---:|---|---:|---:|"
-	echo "| redlock, $WORKERS sessions (\`pgbench -n -M prepared -c $WORKERS -j 2 -T $SECS\`) | $(fmt0 "$rl16") | $(reps_of rl16_tps kv | sed 's/\.[0-9]*//g') | $(med rl16_busy kv) | $(med rl16_others kv) |"
-	echo "| node-redlock, $WORKERS async workers | $(fmt0 "$nd16") | $(reps_of node16 cycles_per_s | sed 's/\.[0-9]*//g') | $(med node16_busy kv) | $(med node16_others kv) |"
-	echo "| redlock, one session (\`pgbench -n -M prepared -c 1 -T $SECS\`) | $(fmt0 "$(med pgb1_tps kv)") | $(reps_of pgb1_tps kv | sed 's/\.[0-9]*//g') | $(med pgb1_busy kv) | $(med pgb1_others kv) |"
-	echo "| node-redlock, one worker | $(fmt0 "$(med nodew1 cycles_per_s)") | $(reps_of nodew1 cycles_per_s | sed 's/\.[0-9]*//g') | $(med nodew1_busy kv) | $(med nodew1_others kv) |"
+	echo "| throughput, lock+unlock cycles/s | median | per repeat | busy % | others % | CPU us per cycle: 5 redis-servers | PostgreSQL | client |"
+	echo "|---|---:|---|---:|---:|---:|---:|---:|"
+	echo "| redlock, $WORKERS sessions (\`pgbench -n -M prepared -c $WORKERS -j 2 -T $SECS\`) | $(fmt0 "$rl16") | $(reps_of rl16_tps kv | sed 's/\.[0-9]*//g') | $(med rl16_busy kv) | $(med rl16_others kv) | $(cpu_split rl16) |"
+	echo "| node-redlock, $WORKERS async workers | $(fmt0 "$nd16") | $(reps_of node16 cycles_per_s | sed 's/\.[0-9]*//g') | $(med node16_busy kv) | $(med node16_others kv) | $(cpu_split node16) |"
+	echo "| redlock, one session (\`pgbench -n -M prepared -c 1 -T $SECS\`) | $(fmt0 "$(med pgb1_tps kv)") | $(reps_of pgb1_tps kv | sed 's/\.[0-9]*//g') | $(med pgb1_busy kv) | $(med pgb1_others kv) | $(cpu_split pgb1) |"
+	echo "| node-redlock, one worker | $(fmt0 "$(med nodew1 cycles_per_s)") | $(reps_of nodew1 cycles_per_s | sed 's/\.[0-9]*//g') | $(med nodew1_busy kv) | $(med nodew1_others kv) | $(cpu_split nodew1) |"
+	echo
+	echo "CPU per cycle: the jiffies the 5 redis-servers, this benchmark's cluster (its postmaster and every"
+	echo "backend) and the client (pgbench, or node-redlock's node process) used during the run, divided by"
+	echo "the cycles it completed (medians over the repeats); node-redlock runs no PostgreSQL."
 	echo
 	pgb1_p50=$(med pgb1_p50 kv)
 	echo "Plot: [targets_cdf.png](targets_cdf.png) (CDF of every timed call and cycle of one session, all repeats)."
@@ -432,6 +459,10 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "  node-redlock waits for all 5 replies before it settles a lock or an unlock, and runs"
 	echo "  EVALSHA of its scripts (SET NX PX; GET and DEL), no fencing token. Workers: $WORKERS async"
 	echo "  loops sharing it, each on its own resource, counting the cycles completed in $SECS s."
+	echo
+	echo "Machine load (uptime) at the start of each repeat:"
+	echo
+	for ((r = 1; r <= REPS; r++)); do echo "- repeat $r: \`$(get "uptime_$r")\`"; done
 	echo
 	echo "Run time of the whole command: $(( $(date +%s) - START_TS )) s. Raw data: \`bench/out-targets/\` (not committed)."
 } > "$REPORT_FILE"

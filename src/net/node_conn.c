@@ -112,6 +112,7 @@ node_connect(RlNode *node, RlRequest *req)
 		return;
 	}
 	node->serial++;
+	script_forget_all(node);
 	node->state = RL_CONN_RESOLVING;
 	node->connect_started_us = node->phase_started_us = now;
 	node->connect_deadline_us = now + (int64_t) rl_connect_timeout_ms * 1000;

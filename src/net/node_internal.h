@@ -99,10 +99,15 @@ typedef struct RlNode
 	uint64_t	owed[RL_MAX_OWED];
 	char	   *owed_cmd[RL_MAX_OWED];	/* must-deliver: kept until answered */
 	int			owed_cmd_len[RL_MAX_OWED];
+	bool		owed_by_sha[RL_MAX_OWED];	/* sent as EVALSHA */
 	int			owed_head;
 	int			owed_count;
 	int64_t		last_progress_us;	/* last reply, or when owing began */
 	int64_t		last_heard_us;	/* last reply or push */
+
+	/* scripts (node_script.c): bit i: this connection ran script i */
+	uint32		scripts_run;
+	bool		evalsha_refused;	/* an ACL allows EVAL but not EVALSHA */
 
 	/* input on this connection */
 	uint64_t	bytes_in;		/* bytes read since it was opened */
@@ -200,10 +205,17 @@ extern int	resolve_sockets(int *fds, int *events, int max);
 extern void resolve_process(int fd, bool readable, bool writable);
 extern long resolve_timeout_ms(long max_ms);
 
+/* node_script.c: scripts sent by their SHA1 */
+extern bool script_by_sha(RlNode *node, const RlRequest *req, const char *eval,
+						  int evallen, char **shacmd, int *shalen);
+extern bool script_refused(RlNode *node, const redisReply *reply);
+extern void script_forget_all(RlNode *node);
+
 /* node_queue.c: commands queued, replies owed, must-deliver commands kept */
 extern bool queue_request(RlNode *node, const RlRequest *req, uint64_t tag);
 extern bool queue_owe(RlNode *node, uint64_t tag);
 extern void queue_keep(RlNode *node, const RlRequest *req);
+extern void queue_keep_text(RlNode *node, char *cmd, int len);
 extern void queue_requeue_owed(RlNode *node);
 extern void queue_send_kept(RlNode *node);
 extern void queue_forget_kept(RlNode *node);

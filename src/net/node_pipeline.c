@@ -276,6 +276,38 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 	}
 }
 
+/*
+ * The node refused an EVALSHA whose reply was owed with tag
+ * (script_refused): send the command again by its text, owing the same
+ * tag.  kept is its text if it is must-deliver (taken over), NULL if not:
+ * then it is sent again only while its round still waits for it (req).
+ * False when nothing was sent again.
+ */
+static bool
+resend_by_text(RlNode *node, RlRequest *req, uint64_t tag, char *kept,
+			   int kept_len)
+{
+	int			idx = node - rl_nodes;
+	int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+
+	if (kept != NULL)
+	{
+		if (node->owed_count < RL_MAX_OWED && sock_append(node, kept, kept_len))
+		{
+			(void) queue_owe(node, tag);
+			node->owed_cmd[slot] = kept;
+			node->owed_cmd_len[slot] = kept_len;
+		}
+		else
+			queue_keep_text(node, kept, kept_len);	/* for the next connection */
+		return true;
+	}
+	if (req != NULL && tag == rl_round_id && !req->skip[idx] &&
+		req->argv != NULL && req->results[idx].vote == RL_VOTE_PENDING)
+		return queue_request(node, req, tag);
+	return false;
+}
+
 /* Mark the node's answer to this round as a protocol error. */
 static void
 mark_protocol_error(RlRequest *req, int idx)
@@ -294,6 +326,9 @@ pipeline_read(RlNode *node, RlRequest *req, char *lost, size_t lostlen)
 {
 	int			idx = node - rl_nodes;
 	char		err[160];
+	char	   *kept;
+	int			kept_len;
+	bool		by_sha;
 
 	switch (sock_read(node, err, sizeof(err)))
 	{
@@ -362,16 +397,18 @@ pipeline_read(RlNode *node, RlRequest *req, char *lost, size_t lostlen)
 			return true;
 		}
 		tag = node->owed[node->owed_head];
-		if (node->owed_cmd[node->owed_head] != NULL)
-		{
-			redisFreeCommand(node->owed_cmd[node->owed_head]);
-			node->owed_cmd[node->owed_head] = NULL;
-		}
+		kept = node->owed_cmd[node->owed_head];
+		kept_len = node->owed_cmd_len[node->owed_head];
+		by_sha = node->owed_by_sha[node->owed_head];
+		node->owed_cmd[node->owed_head] = NULL;
 		node->owed_head = (node->owed_head + 1) % RL_MAX_OWED;
 		node->owed_count--;
 		node->last_progress_us = rl_now_us();
 
-		if (tag == RL_TAG_AUTH)
+		if (by_sha && script_refused(node, reply) &&
+			resend_by_text(node, req, tag, kept, kept_len))
+			kept = NULL;		/* sent again, or kept: its answer is to come */
+		else if (tag == RL_TAG_AUTH)
 		{
 			if (reply->type == REDIS_REPLY_ERROR)
 			{
@@ -399,6 +436,8 @@ pipeline_read(RlNode *node, RlRequest *req, char *lost, size_t lostlen)
 				 req->results[idx].vote == RL_VOTE_PENDING)
 			take_reply(req, idx, reply);
 
+		if (kept != NULL)
+			redisFreeCommand(kept);
 		node_answering(node);
 		freeReplyObject(reply);
 	}

@@ -37,13 +37,14 @@ queue_owe(RlNode *node, uint64_t tag)
 	node->owed[slot] = tag;
 	node->owed_cmd[slot] = NULL;
 	node->owed_cmd_len[slot] = 0;
+	node->owed_by_sha[slot] = false;
 	node->owed_count++;
 	return true;
 }
 
 /* Keep a formatted command (taking ownership) for the next connection. */
-static void
-keep_formatted(RlNode *node, char *cmd, int len)
+void
+queue_keep_text(RlNode *node, char *cmd, int len)
 {
 	for (int i = 0; i < node->nkept; i++)
 	{
@@ -77,7 +78,7 @@ queue_keep(RlNode *node, const RlRequest *req)
 
 	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
 	if (len > 0)
-		keep_formatted(node, cmd, len);
+		queue_keep_text(node, cmd, len);
 }
 
 /* The connection is gone: keep the must-deliver commands it owed replies to. */
@@ -89,7 +90,7 @@ queue_requeue_owed(RlNode *node)
 		int			slot = (node->owed_head + i) % RL_MAX_OWED;
 
 		if (node->owed_cmd[slot] != NULL)
-			keep_formatted(node, node->owed_cmd[slot], node->owed_cmd_len[slot]);
+			queue_keep_text(node, node->owed_cmd[slot], node->owed_cmd_len[slot]);
 		node->owed_cmd[slot] = NULL;
 	}
 	node->owed_head = 0;
@@ -119,7 +120,7 @@ queue_send_kept(RlNode *node)
 			node->owed_cmd_len[slot] = len;
 		}
 		else
-			keep_formatted(node, cmd, len);
+			queue_keep_text(node, cmd, len);
 	}
 }
 
@@ -132,31 +133,44 @@ queue_forget_kept(RlNode *node)
 	node->nkept = 0;
 }
 
-/* Append the request to the node's connection, owing a reply tagged tag. */
+/*
+ * Append the request to the node's connection, owing a reply tagged tag.
+ * A script the connection ran before goes as EVALSHA (node_script.c); a
+ * must-deliver command is kept by its text all the same, which any
+ * connection can run.
+ */
 bool
 queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
 {
 	char	   *cmd;
 	int			len;
 	int			slot;
+	char	   *shacmd = NULL;
+	int			shalen = 0;
+	bool		by_sha;
+	bool		ok;
 
 	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
 	if (len <= 0)
 		return false;
 	if (req->no_reply)
 	{
-		bool		ok = sock_append(node, cmd, len);
-
+		ok = sock_append(node, cmd, len);
 		redisFreeCommand(cmd);
 		return ok;
 	}
 	slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
-	if (node->owed_count >= RL_MAX_OWED || !sock_append(node, cmd, len))
+	by_sha = script_by_sha(node, req, cmd, len, &shacmd, &shalen);
+	ok = node->owed_count < RL_MAX_OWED &&
+		(by_sha ? sock_append(node, shacmd, shalen) : sock_append(node, cmd, len));
+	free(shacmd);
+	if (!ok)
 	{
 		redisFreeCommand(cmd);
 		return false;
 	}
 	(void) queue_owe(node, tag);
+	node->owed_by_sha[slot] = by_sha;
 	if (req->must_deliver)
 	{
 		node->owed_cmd[slot] = cmd;
@@ -166,3 +180,4 @@ queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
 		redisFreeCommand(cmd);
 	return true;
 }
+

@@ -105,6 +105,9 @@ typedef struct RlRequest
 	bool		probe;			/* redlock_nodes: ask every node, even one
 								 * found to be another's server, and never
 								 * raise for that */
+	bool		static_script;	/* EVAL whose script (argv[1]) is text that
+								 * never changes or moves: sent as EVALSHA
+								 * where the connection ran it before */
 
 	/* output */
 	int			nnodes;

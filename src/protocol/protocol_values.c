@@ -138,6 +138,8 @@ rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
 	req->argc = argc;
 	req->argv = argv;
 	req->argvlen = argvlen;
+	/* every script of ours is a static literal (rl_proto_eval_header) */
+	req->static_script = argc >= 2 && strcmp(argv[0], "EVAL") == 0;
 }
 
 /*

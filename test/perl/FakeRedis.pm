@@ -68,11 +68,17 @@
 # Every request is appended to a log file (one line: connection number and
 # the command, scripts named by what they do), so tests can see what the
 # backend sent.
+#
+# As Redis does, a fake remembers every script an EVAL brought (on any of
+# its connections) and runs it for an EVALSHA of its SHA1 (logged as
+# "EVALSHA <what it does> ..."); an EVALSHA of a script it does not have
+# is answered NOSCRIPT in every mode that answers scripts well.
 package FakeRedis;
 
 use strict;
 use warnings FATAL => 'all';
 
+use Digest::SHA qw(sha1_hex);
 use IO::Select;
 use IO::Socket::INET;
 use Socket qw(IPPROTO_TCP TCP_NODELAY);
@@ -193,6 +199,20 @@ END
 
 # ---------- the server (runs in the child) ----------
 
+# the scripts EVAL brought, by SHA1 (in the fake's own process)
+my %scripts;
+
+# the script a request runs (EVAL: its text; EVALSHA: the text an EVAL
+# brought), or undef
+sub script_of
+{
+	my ($args) = @_;
+	my $cmd = uc($args->[0] // '');
+	return $args->[1] if $cmd eq 'EVAL';
+	return $scripts{ lc($args->[1] // '') } if $cmd eq 'EVALSHA';
+	return undef;
+}
+
 sub script_kind
 {
 	my ($script) = @_;
@@ -210,10 +230,11 @@ sub describe
 	my @a = @$args;
 	return '' unless @a;
 	my $cmd = uc $a[0];
-	if ($cmd eq 'EVAL' && @a > 1)
+	if (($cmd eq 'EVAL' || $cmd eq 'EVALSHA') && @a > 1)
 	{
 		my @rest = @a[ 2 .. $#a ];
-		return 'EVAL ' . script_kind($a[1]) . ' ' . join(' ', @rest);
+		my $script = script_of($args);
+		return "$cmd " . (defined $script ? script_kind($script) : 'unknown') . ' ' . join(' ', @rest);
 	}
 	return join(' ', @a);
 }
@@ -241,9 +262,11 @@ sub good_answer
 			"*3\r\n" . bulk(lc $cmd) . bulk($_) . ":$n\r\n"
 		} @$args[ 1 .. $#$args ];
 	}
-	if ($cmd eq 'EVAL')
+	return "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+	  if $cmd eq 'EVALSHA' && !defined script_of($args);
+	if ($cmd eq 'EVAL' || $cmd eq 'EVALSHA')
 	{
-		my $kind = script_kind($args->[1] // '');
+		my $kind = script_kind(script_of($args) // '');
 		return "\$1\r\n0\r\n" if $kind eq 'acquire';
 		return "*$args->[2]\r\n" . (":1\r\n" x $args->[2]) if $kind eq 'extend_many';
 		return ":1\r\n";
@@ -289,7 +312,8 @@ sub answer
 	my ($mode, $args, $link, $c) = @_;
 	my $good = good_answer($args, $link);
 	my $cmd = uc($args->[0] // '');
-	my $kind = $cmd eq 'EVAL' ? script_kind($args->[1] // '') : lc $cmd;
+	my $script = script_of($args);
+	my $kind = defined $script ? script_kind($script) : lc $cmd;
 
 	# the wrong answers are for the lock commands, not for the INFO at connect
 	return ([ [ 0, $good ] ], 'keep')
@@ -474,6 +498,8 @@ sub serve
 			$c->{in} .= $data;
 			while (my $req = take_request(\$c->{in}))
 			{
+				$scripts{ sha1_hex($req->[1]) } = $req->[1]
+				  if uc($req->[0] // '') eq 'EVAL' && @$req > 1;
 				print $log "conn $c->{id}: " . describe($req) . "\n";
 				next if $c->{close} || $c->{flood} || $c->{flooded};
 				if ($c->{backend})

@@ -122,6 +122,64 @@ is(join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlo
 	  . " SELECT redlock_try_lock('life:acl')");
 like($err, qr/NOPERM|No permissions/, 'the ACL keeps that user out of keys outside its prefix');
 
+# scripts a connection ran before go by their SHA1 (EVALSHA); that ACL
+# allows EVAL only: the node refuses EVALSHA with NOPERM, and the session
+# sends its scripts by their text again
+sub secure_stat
+{
+	my ($pattern) = @_;
+	my $n = 0;
+	for my $r (@secure)
+	{
+		my $info = $r->cli('-a', 's3cret', '--no-auth-warning', 'INFO', 'commandstats');
+		$n += $1 if $info =~ $pattern;
+	}
+	return $n;
+}
+$_->cli('-a', 's3cret', '--no-auth-warning', 'CONFIG', 'RESETSTAT') for @secure;
+$out = $pg->safe_psql('postgres',
+	"SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
+	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl');"
+	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl');"
+	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl')");
+is($out, "t|t\nt|t\nt|t", 'the ACL user without EVALSHA locks and unlocks again and again in one session');
+my $refused = secure_stat(qr/^cmdstat_evalsha:.*rejected_calls=(\d+)/m);
+ok($refused >= 1 && $refused <= @secure,
+	"it tried EVALSHA, which the nodes refused, once per connection at most ($refused times)");
+cmp_ok(secure_stat(qr/^cmdstat_eval:calls=(\d+)/m), '>=', 5 * @secure,
+	'and sent its scripts by their text from then on');
+is(join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlock:lock:life:acl') } @secure),
+	join(',', map { '0' } @secure), 'nothing is left locked');
+
+# a node that forgot the scripts (SCRIPT FLUSH) answers EVALSHA with
+# NOSCRIPT: the command goes again by its text, a release (must-deliver,
+# kept by its text) also when its round no longer waits for that node
+# (stopped meanwhile), and a lock for the round that waits for it
+my $fl = $pg->background_psql('postgres', on_error_stop => 0);
+$fl->query_safe("SET redlock.nodes = '$secure_nodes'; SET redlock.password = 's3cret'");
+$fl->query_safe("SELECT redlock_try_lock('life:fl1') > 0, redlock_unlock('life:fl1')");
+like($fl->query_safe("SELECT redlock_try_lock('life:fl2', 600000)"), qr/^\d+$/, 'flush: a lease held (for 10 minutes)');
+$_->cli('-a', 's3cret', '--no-auth-warning', 'CONFIG', 'RESETSTAT') for @secure;
+$_->cli('-a', 's3cret', '--no-auth-warning', 'SCRIPT', 'FLUSH') for @secure;
+$secure[2]->pause;
+is($fl->query_safe("SELECT redlock_unlock('life:fl2')"), 't',
+	'flush: released after the nodes forgot the scripts (one of them stopped)');
+$secure[2]->resume;
+# its NOSCRIPT comes after the round: taken with the session's next call
+$fl->query_safe("SELECT redlock_try_lock('life:fl3') > 0, redlock_unlock('life:fl3')");
+ok(wait_for(sub { join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlock:lock:life:fl2') } @secure)
+		  eq join(',', map { '0' } @secure) }, 30),
+	'flush: the release reached every node, the one that answered late too');
+is(secure_stat(qr/^cmdstat_evalsha:calls=(\d+)/m), scalar @secure, 'flush: the release went by its SHA1 first');
+$fl->query_safe("SELECT redlock_try_lock('life:fl3') > 0, redlock_unlock('life:fl3')");
+$_->cli('-a', 's3cret', '--no-auth-warning', 'CONFIG', 'RESETSTAT') for @secure;
+$_->cli('-a', 's3cret', '--no-auth-warning', 'SCRIPT', 'FLUSH') for @secure;
+like($fl->query_safe("SELECT redlock_try_lock('life:fl4')"), qr/^\d+$/, 'flush: a lock granted after the nodes forgot the scripts');
+is(secure_stat(qr/^cmdstat_evalsha:calls=(\d+)/m), scalar @secure, 'flush: the lock went by its SHA1 first');
+is(secure_stat(qr/^cmdstat_eval:calls=(\d+)/m), scalar @secure, 'flush: and once more by its text');
+is($fl->query_safe("SELECT redlock_unlock('life:fl4')"), 't', 'flush: and released');
+$fl->quit;
+
 # --- leases are released when the credentials change while they are held
 my $cred = $pg->background_psql('postgres', on_error_stop => 0);
 $cred->query_safe("SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw'");

@@ -244,7 +244,7 @@ for (1 .. 100)
 	# one release command carries many leases: count the leases
 	@released = map {
 		my $n = 0;
-		$n += $_ for map { /EVAL release (\d+)/ ? $1 : 0 } $_->requests;
+		$n += $_ for map { /EVAL(?:SHA)? release (\d+)/ ? $1 : 0 } $_->requests;
 		$n
 	} @lagging;
 	last unless grep { $_ < 1100 } @released;

@@ -340,7 +340,7 @@ for my $n (@r5[0 .. 2])
 }
 is(scalar(grep { $on{$_} == 3 } keys %on), 50,
 	'and each is held on a majority: the three nodes that answer');
-ok((grep { /EVAL extend_many (\d+)/ && $1 > 1 } $slow->requests),
+ok((grep { /EVAL(?:SHA)? extend_many (\d+)/ && $1 > 1 } $slow->requests),
 	'extended several at a time');
 
 # each lease of a batch is decided on its own: one taken away is lost alone

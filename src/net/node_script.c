@@ -1,0 +1,163 @@
+/*-------------------------------------------------------------------------
+ *
+ * node_script.c
+ *	  Scripts sent by their SHA1: an EVAL of a script that a connection has
+ *	  already run goes out as EVALSHA, so that the node neither receives
+ *	  nor hashes the script's text again.
+ *
+ * Redis hashes the text of every EVAL it runs (SHA1, to find the compiled
+ * script), and the release script carries the handoff's code: sent by its
+ * text, it costs each node more than the owner-checked GET and DEL that
+ * an uncontended release runs (bench/PROFILE.md).  By its SHA1 it costs
+ * what it runs.
+ *
+ * The first EVAL of a script on a connection goes out by its text, which
+ * puts the script in the server's cache; every later one by its SHA1.  A
+ * request marks its script as one that may be sent so (static_script: the
+ * protocol layer's scripts are static literals, so a text is known by its
+ * address).  A node that no longer has the script (SCRIPT FLUSH, a cache
+ * that evicts) answers NOSCRIPT, and an ACL user allowed EVAL but not
+ * EVALSHA (the minimal ACL of the README) answers NOPERM: the pipeline
+ * then sends the command again by its text (node_pipeline.c), and the
+ * connection sends scripts by their text again (NOSCRIPT: until it has run
+ * each again; NOPERM: for as long as it lasts).  A new connection starts
+ * with no script run.
+ *
+ * Nothing here raises or uses palloc: commands are formatted on the
+ * commit, abort and exit paths too.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <openssl/evp.h>
+
+#include "utils/builtins.h"
+
+#include "net/node_internal.h"
+
+/* scripts known by their address; one bit each in RlNode.scripts_run */
+#define RL_MAX_SCRIPTS		32
+
+typedef struct RlScript
+{
+	const char *text;
+	size_t		len;
+	bool		hashed;			/* sha is its SHA1; false: it could not be
+								 * hashed, and goes by its text */
+	char		sha[41];
+} RlScript;
+
+static RlScript rl_scripts[RL_MAX_SCRIPTS];
+static int	rl_nscripts = 0;
+
+/* The script's index in rl_scripts, hashing it on first sight; -1: none. */
+static int
+script_index(const char *text, size_t len)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	RlScript   *s;
+
+	for (int i = 0; i < rl_nscripts; i++)
+		if (rl_scripts[i].text == text && rl_scripts[i].len == len)
+			return rl_scripts[i].hashed ? i : -1;
+	if (rl_nscripts == RL_MAX_SCRIPTS)
+		return -1;
+	s = &rl_scripts[rl_nscripts];
+	s->text = text;
+	s->len = len;
+	s->hashed = EVP_Digest(text, len, md, &mdlen, EVP_sha1(), NULL) == 1 &&
+		mdlen == 20;
+	if (s->hashed)
+		hex_encode((const char *) md, 20, s->sha);
+	s->sha[40] = '\0';
+	rl_nscripts++;
+	return s->hashed ? rl_nscripts - 1 : -1;
+}
+
+/*
+ * The request, formatted by hiredis as eval (its EVAL form), is to go to
+ * this node: when the connection has run its script, returns true with
+ * its EVALSHA form in *shacmd (malloc'd, freed with free()) and *shalen.
+ * Otherwise it goes by its text, and the script is noted as run.
+ */
+bool
+script_by_sha(RlNode *node, const RlRequest *req, const char *eval,
+			  int evallen, char **shacmd, int *shalen)
+{
+	char		head[64];
+	int			headlen;
+	int			s;
+	uint32		bit;
+	size_t		skip;
+	char	   *out;
+
+	if (!req->static_script || req->argc < 2 || req->no_reply ||
+		node->evalsha_refused)
+		return false;
+	s = script_index(req->argv[1], req->argvlen[1]);
+	if (s < 0)
+		return false;
+	bit = UINT32_C(1) << s;
+	if ((node->scripts_run & bit) == 0)
+	{
+		node->scripts_run |= bit;	/* it goes by its text this time */
+		return false;
+	}
+
+	/* "*argc $4 EVAL $len <script>", then the other arguments */
+	headlen = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
+					   req->argc, req->argvlen[1]);
+	skip = headlen + req->argvlen[1] + 2;
+	if (skip > (size_t) evallen || memcmp(eval, head, headlen) != 0)
+		return false;			/* not formatted as expected: by its text */
+	headlen = snprintf(head, sizeof(head), "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n",
+					   req->argc, rl_scripts[s].sha);
+	out = malloc(headlen + (evallen - skip));
+	if (out == NULL)
+		return false;
+	memcpy(out, head, headlen);
+	memcpy(out + headlen, eval + skip, evallen - skip);
+	*shacmd = out;
+	*shalen = headlen + (int) (evallen - skip);
+	return true;
+}
+
+/*
+ * The node refused an EVALSHA.  True when it is one to send again by its
+ * text: NOSCRIPT (it no longer has the script: the connection has run
+ * none of ours now), or NOPERM for EVALSHA itself (an ACL that allows
+ * EVAL: this connection sends every script by its text from now on).
+ */
+bool
+script_refused(RlNode *node, const redisReply *reply)
+{
+	if (reply->type != REDIS_REPLY_ERROR)
+		return false;
+	if (reply->len >= 8 && strncmp(reply->str, "NOSCRIPT", 8) == 0)
+	{
+		node->scripts_run = 0;
+		return true;
+	}
+	if (reply->len >= 6 && strncmp(reply->str, "NOPERM", 6) == 0)
+	{
+		for (size_t i = 6; i + 7 <= reply->len; i++)
+		{
+			if (pg_strncasecmp(reply->str + i, "evalsha", 7) == 0)
+			{
+				node->evalsha_refused = true;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* A new connection: it has run none of our scripts, and may try EVALSHA. */
+void
+script_forget_all(RlNode *node)
+{
+	node->scripts_run = 0;
+	node->evalsha_refused = false;
+}
