@@ -8,6 +8,10 @@
 # With also_bind => ['127.0.0.2'] the node listens on those addresses too:
 # one server reached under two names.
 #
+# With cluster => 1 the node runs in cluster mode, its cluster bus on a
+# free port of its own (by default the bus takes port + 10000, which may lie
+# in the ephemeral range and be taken by some client's connection).
+#
 # The server binary is $ENV{REDLOCK_REDIS_SERVER} (run-tests.sh
 # --redis-server sets it, e.g. to /usr/bin/valkey-server), by default
 # redis-server.
@@ -33,6 +37,7 @@ sub new
 		tls => $args{tls},
 		host => $args{host} // '127.0.0.1',
 		also_bind => $args{also_bind} // [],
+		cluster => $args{cluster},
 		pid => undef,
 	};
 	bless $self, $class;
@@ -86,6 +91,10 @@ sub start
 			'--tls-ca-cert-file', $t->{ca},
 			'--tls-auth-clients', $t->{auth_clients} // 'no');
 	}
+	push @listen, '--cluster-enabled', 'yes',
+	  '--cluster-config-file', "nodes-$self->{port}.conf",
+	  '--cluster-port', PostgreSQL::Test::Cluster::get_free_port()
+	  if $self->{cluster};
 	system($ENV{REDLOCK_REDIS_SERVER} || 'redis-server', @listen, '--bind', $self->{host},
 		@{ $self->{also_bind} },
 		'--dir', $self->{dir}, '--save', '', '--appendonly', 'no',
@@ -97,7 +106,14 @@ sub start
 		last if -s $pidfile && $self->ping;
 		usleep(25_000);
 	}
-	die "redis-server on port $self->{port} did not start" unless $self->ping;
+	unless ($self->ping)
+	{
+		my $logfile = "$self->{dir}/redis.log";
+		my $log = -e $logfile ? slurp_file($logfile) : '';
+		my @tail = (split /\n/, $log)[-5 .. -1];
+		die "redis-server on port $self->{port} did not start; its log ends:\n"
+		  . join('', map { defined $_ ? "#   $_\n" : '' } @tail);
+	}
 	open my $fh, '<', $pidfile or die "no pid file: $!";
 	chomp($self->{pid} = <$fh>);
 	close $fh;

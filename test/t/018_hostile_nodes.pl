@@ -281,9 +281,7 @@ like($err, qr/HINT:\s+A node did not complete the TLS handshake: check that redl
 	'... and the hint says what to check');
 
 # cluster mode
-my $cport = free_port();
-my $cluster = RedisNode->new(port => $cport,
-	args => [ '--cluster-enabled', 'yes', '--cluster-config-file', "nodes-$cport.conf" ]);
+my $cluster = RedisNode->new(cluster => 1);
 ($out, $err) = attempt(
 	"SELECT array_to_string(warnings, '; ') FROM redlock_nodes", nodes => $cluster->addr);
 like($out, qr/cluster mode is enabled \(cluster_enabled:1\)/, 'redlock_nodes warns about cluster mode');
