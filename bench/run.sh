@@ -90,7 +90,7 @@ stop_node() { kill -STOP "$(node_pid "$1")"; STOPPED+=("$1"); }
 q <<SQL
 CREATE EXTENSION redlock;
 ALTER SYSTEM SET redlock.nodes = '$NODES5';
-SELECT pg_reload_conf();
+SELECT pg_reload_conf() \g /dev/null
 CREATE TABLE samples (phase text, rep int, op text, us float8);
 CREATE SEQUENCE grants;
 CREATE SEQUENCE denied;
