@@ -198,6 +198,9 @@ my $durable_nodes = join(',', map { $_->addr } @durable);
 my $replayer = $pg->background_psql('postgres');
 $replayer->query_safe("SET redlock.nodes = '$durable_nodes'");
 $replayer->query_safe("SELECT redlock_lock('f:replay', 60000)");
+# the call returned at a majority: the node to be killed has run it too
+wait_for(sub { $durable[0]->cli('EXISTS', 'redlock:lock:f:replay') eq '1' })
+  or die 'the lock never reached the first durable node';
 $durable[0]->kill9;
 $replayer->query_safe("SELECT redlock_unlock('f:replay')");
 $durable[0]->start;

@@ -90,6 +90,12 @@ $holder->quit;
 # --- AUTH: a password-protected node set
 my @secure = redis_nodes(3, args => [ '--requirepass', 's3cret' ]);
 my $secure_nodes = join(',', map { $_->addr } @secure);
+# whether each of the password-protected nodes has the lock of $res: "1,0,1"
+sub secure_exists
+{
+	my ($res) = @_;
+	return join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', "redlock:lock:$res") } @secure);
+}
 ($rc, $out, $err) = $pg->psql('postgres',
 	"SET redlock.nodes = '$secure_nodes'; SELECT redlock_try_lock('life:auth')",
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
@@ -115,8 +121,9 @@ $out = $pg->safe_psql('postgres',
 	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl')");
 is($out, 't|t', 'ACL user restricted to EVAL on redlock:* keys can lock and unlock');
 # the release script's offer and PUBLISH commands are pcall'd: it releases
-is(join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlock:lock:life:acl') } @secure),
-	join(',', map { '0' } @secure), 'and the release under that ACL removed the lock from every node');
+# (a call returns once a majority answered: the last node is waited for)
+ok(wait_for(sub { secure_exists('life:acl') eq join(',', map { '0' } @secure) }),
+	'and the release under that ACL removed the lock from every node');
 ($rc, $out, $err) = $pg->psql('postgres',
 	"SET redlock.nodes = '$secure_nodes'; SET redlock.key_prefix = 'other:'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
 	  . " SELECT redlock_try_lock('life:acl')");
@@ -148,8 +155,7 @@ ok($refused >= 1 && $refused <= @secure,
 	"it tried EVALSHA, which the nodes refused, once per connection at most ($refused times)");
 cmp_ok(secure_stat(qr/^cmdstat_eval:calls=(\d+)/m), '>=', 5 * @secure,
 	'and sent its scripts by their text from then on');
-is(join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlock:lock:life:acl') } @secure),
-	join(',', map { '0' } @secure), 'nothing is left locked');
+ok(wait_for(sub { secure_exists('life:acl') eq join(',', map { '0' } @secure) }), 'nothing is left locked');
 
 # a node that forgot the scripts (SCRIPT FLUSH) answers EVALSHA with
 # NOSCRIPT: the command goes again by its text, a release (must-deliver,
@@ -184,8 +190,7 @@ $fl->quit;
 my $cred = $pg->background_psql('postgres', on_error_stop => 0);
 $cred->query_safe("SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw'");
 like($cred->query_safe("SELECT redlock_lock('life:cred', 60000)"), qr/^\d+$/, 'a lease taken as Redis user locker');
-is(join(',', map { $_->cli('-a', 's3cret', '--no-auth-warning', 'EXISTS', 'redlock:lock:life:cred') } @secure),
-	'1,1,1', 'every node has its key');
+ok(wait_for(sub { secure_exists('life:cred') eq '1,1,1' }), 'every node has its key');
 $cred->{stderr} = '';
 $cred->query("SET redlock.username = 'default'; SET redlock.password = 's3cret'");
 is($cred->query("SELECT redlock_try_lock('life:cred2', 60000) IS NOT NULL"), 't',

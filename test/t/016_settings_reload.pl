@@ -79,9 +79,12 @@ my $t_ka = $s->query_safe("SELECT redlock_lock('rl:ka', 3000, keep_alive => true
 $s->query_safe('BEGIN');
 my $t_xact = $s->query_safe("SELECT redlock_xact_lock('rl:xact', 30000)");
 like("$t_session $t_ka $t_xact", qr/^\d+ \d+ \d+$/, 'session, keep-alive and transaction leases taken over TLS');
-cmp_ok(connections_of('locker'), '>=', 3, 'the backend is authenticated as locker on every node');
-my %value = map { $_ => values_on_nodes("rl:$_") } qw(session ka xact);
-unlike(join(' ', values %value), qr/(?:^| )-(?: |$)/, 'every lease is set on every node');
+# a call returns once a majority answered: the last node is waited for
+ok(wait_for(sub { connections_of('locker') >= 3 }), 'the backend is authenticated as locker on every node');
+my %value;
+ok(wait_for(sub {
+	%value = map { $_ => values_on_nodes("rl:$_") } qw(session ka xact);
+	join(' ', values %value) !~ /(?:^| )-(?: |$)/ }), 'every lease is set on every node');
 
 for my $round (1 .. 2)
 {
@@ -117,7 +120,7 @@ is((run_in($s, "SELECT validity_ms > 0 AND NOT lost FROM redlock_leases WHERE re
 	't', 'keep-alive: its holder sees it valid');
 run_in($s, 'COMMIT');
 run_in($s, 'SELECT redlock_unlock_all()');
-is(values_on_nodes('rl:xact') . ' ' . values_on_nodes('rl:session'), join(' ', ('-') x 6),
+ok(wait_for(sub { values_on_nodes('rl:xact') . ' ' . values_on_nodes('rl:session') eq join(' ', ('-') x 6) }),
 	'COMMIT and unlock_all released them on every node');
 
 # ------------------------------------------ a real change releases them
@@ -146,12 +149,12 @@ for my $c (@changes)
 	like($err, qr/WARNING:  releasing 1 lease held on the previous Redis nodes/,
 		"$name changed: the lease on the old settings is released, with a warning");
 	is($out, 't', "$name changed: the new settings work");
-	is(values_on_nodes('rl:c'), '- - -', "$name changed: released on every node");
+	ok(wait_for(sub { values_on_nodes('rl:c') eq '- - -' }), "$name changed: released on every node");
 	is($s->query_safe("SELECT string_agg(resource, ' ') FROM redlock_leases"), 'rl:probe',
 		"$name changed: only the new lease is listed");
 	$s->query_safe('SELECT redlock_unlock_all()');
 }
-cmp_ok(connections_of('locker2'), '>=', 3, 'the changed user name is the one authenticated');
+ok(wait_for(sub { connections_of('locker2') >= 3 }), 'the changed user name is the one authenticated');
 ok(1 <= $dns2->queries('node.redlock.test'), 'the changed DNS server is asked');
 # and with the new settings in force, a reload of them keeps the lease
 $s->query_safe("SELECT redlock_lock('rl:c', 30000)");
@@ -238,7 +241,8 @@ my $u = $pg->background_psql('postgres', on_error_stop => 0);
 $u->query_safe("SET redlock.username = 'nopw'; SET redlock.password = ''");
 ($out, $err) = run_in($u, "SELECT redlock_try_lock('auth:nopw', 5000) > 0");
 is($out, 't', 'a user with nopass and no password set: granted') or diag $err;
-is(connections_of('nopw'), 3, '... authenticated as that user on every node, not as default');
+ok(wait_for(sub { connections_of('nopw') == 3 }), '... authenticated as that user on every node, not as default')
+  or diag 'connections as nopw: ' . connections_of('nopw');
 $u->query_safe("SELECT redlock_unlock_all(); SET redlock.username = 'locker'");
 ($out, $err) = run_in($u, "SELECT redlock_try_lock('auth:nopw', 5000)");
 like($err, qr/authentication failed: WRONGPASS/,
