@@ -102,6 +102,8 @@ my $released_at = time;
 $h->query_safe("SELECT redlock_unlock('r2')");
 cmp_ok($w->query_safe('SELECT :got'), '>', $t1, 'r2: the west waiter got the lease after 3 s');
 is(attempts($west) - $a0, 0, 'r2: handed over, not taken by an attempt of its own');
+# every node has run the handoff (the release returned at a majority)
+ok(wait_for(sub { all_lock('r2', $wpid) }), 'r2: every node holds the lock for the west waiter');
 my @pttl = map { $_->cli('PTTL', 'redlock:lock:r2') } @redis;
 my $validity = $w->query_safe("SELECT validity_ms FROM redlock_leases WHERE resource = 'r2'");
 my $since_ms = int((time - $released_at) * 1000);

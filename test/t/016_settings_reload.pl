@@ -281,6 +281,9 @@ $m->quit;
 # counts down with real time and never exceeds what the nodes hold.
 my $c = $pg->background_psql('postgres', on_error_stop => 1);
 $c->query_safe("SELECT redlock_lock('clock', 20000)");
+# the call returned at a majority: wait for the last node's key
+wait_for(sub { !grep { $_ eq '-' } lock_values('clock', @redis) })
+  or die 'the lock of clock never reached every node';
 my $pttl = (sort { $a <=> $b } map { $_->cli('PTTL', 'redlock:lock:clock') } @redis)[0];
 my $t0 = time;
 my $v1 = $c->query_safe("SELECT validity_ms FROM redlock_leases WHERE resource = 'clock'");
