@@ -148,16 +148,21 @@ sub secure_stat
 	return $n;
 }
 $_->cli('-a', 's3cret', '--no-auth-warning', 'CONFIG', 'RESETSTAT') for @secure;
+# Ten cycles in one session.  A call returns once a majority answered, so
+# a slow node may be sent the next EVALSHA (pipelined) before its refusal
+# of the last one is read: a few refusals per connection, where a
+# connection that forgot the refusal would collect 18 (every script of
+# cycles 2 to 10).
+my $cycles = 10;
 $out = $pg->safe_psql('postgres',
 	"SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
-	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl');"
-	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl');"
-	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl')");
-is($out, "t|t\nt|t\nt|t", 'the ACL user without EVALSHA locks and unlocks again and again in one session');
+	  . " SELECT redlock_try_lock('life:acl') > 0, redlock_unlock('life:acl');" x $cycles);
+is($out, join("\n", ('t|t') x $cycles), 'the ACL user without EVALSHA locks and unlocks again and again in one session');
 my $refused = secure_stat(qr/^cmdstat_evalsha:.*rejected_calls=(\d+)/m);
-ok($refused >= 1 && $refused <= @secure,
-	"it tried EVALSHA, which the nodes refused, once per connection at most ($refused times)");
-cmp_ok(secure_stat(qr/^cmdstat_eval:calls=(\d+)/m), '>=', 5 * @secure,
+ok($refused >= 1 && $refused <= 3 * @secure,
+	"it tried EVALSHA, which the nodes refused, and stopped once a refusal was read ($refused refusals on "
+	  . @secure . " connections over $cycles cycles)");
+cmp_ok(secure_stat(qr/^cmdstat_eval:calls=(\d+)/m), '>=', 15 * @secure,
 	'and sent its scripts by their text from then on');
 ok(wait_for(sub { secure_exists('life:acl') eq join(',', map { '0' } @secure) }), 'nothing is left locked');
 
@@ -186,7 +191,10 @@ $_->cli('-a', 's3cret', '--no-auth-warning', 'CONFIG', 'RESETSTAT') for @secure;
 $_->cli('-a', 's3cret', '--no-auth-warning', 'SCRIPT', 'FLUSH') for @secure;
 like($fl->query_safe("SELECT redlock_try_lock('life:fl4')"), qr/^\d+$/, 'flush: a lock granted after the nodes forgot the scripts');
 is(secure_stat(qr/^cmdstat_evalsha:calls=(\d+)/m), scalar @secure, 'flush: the lock went by its SHA1 first');
-is(secure_stat(qr/^cmdstat_eval:calls=(\d+)/m), scalar @secure, 'flush: and once more by its text');
+# once more by its text on the nodes the round waited for: at least a
+# majority (a node whose NOSCRIPT comes after the round ended is left alone)
+my $again = secure_stat(qr/^cmdstat_eval:calls=(\d+)/m);
+ok($again >= int(@secure / 2) + 1 && $again <= @secure, "flush: and once more by its text ($again nodes)");
 is($fl->query_safe("SELECT redlock_unlock('life:fl4')"), 't', 'flush: and released');
 $fl->quit;
 
