@@ -86,7 +86,7 @@ bool
 script_by_sha(RlNode *node, const RlRequest *req, const char *eval,
 			  int evallen, char **shacmd, int *shalen)
 {
-	char		head[64];
+	char		head[96];		/* "*%d $7 EVALSHA $40 <sha1>", CRLFs */
 	int			headlen;
 	int			s;
 	uint32		bit;
@@ -109,11 +109,15 @@ script_by_sha(RlNode *node, const RlRequest *req, const char *eval,
 	/* "*argc $4 EVAL $len <script>", then the other arguments */
 	headlen = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
 					   req->argc, req->argvlen[1]);
+	if (headlen < 0 || headlen >= (int) sizeof(head))
+		return false;
 	skip = headlen + req->argvlen[1] + 2;
 	if (skip > (size_t) evallen || memcmp(eval, head, headlen) != 0)
 		return false;			/* not formatted as expected: by its text */
 	headlen = snprintf(head, sizeof(head), "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n",
 					   req->argc, rl_scripts[s].sha);
+	if (headlen < 0 || headlen >= (int) sizeof(head))
+		return false;			/* cannot be: head has room for any argc */
 	out = malloc(headlen + (evallen - skip));
 	if (out == NULL)
 		return false;
