@@ -180,4 +180,3 @@ queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
 		redisFreeCommand(cmd);
 	return true;
 }
-
