@@ -27,7 +27,9 @@ $_->kill9 for @redis[ 3, 4 ];
 
 my ($east, $west) = redlock_pair(nodes => \@redis,
 	conf => "redlock.restart_quarantine = '${quarantine_s}s'\n"
-	  . "redlock.connect_timeout = '100ms'\n");
+	  . "redlock.connect_timeout = '100ms'\n"
+	  # nodes are up or refuse at once: a slow reply must not become a refusal
+	  . "redlock.node_timeout = '1s'\n");
 my %pm_start = map { $_->name => $_->safe_psql('postgres', 'SELECT pg_postmaster_start_time()') }
   ($east, $west);
 
