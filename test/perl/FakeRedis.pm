@@ -384,6 +384,10 @@ sub take_request
 		my $len = $1;
 		$pos = $e + 2;
 		return undef if length($$buf) < $pos + $len + 2;
+		# strict where Redis is lenient: it skips the two bytes after a
+		# bulk string without looking, which once hid a header cut short
+		die "bulk string of $len bytes not followed by CRLF"
+		  unless substr($$buf, $pos + $len, 2) eq "\r\n";
 		push @args, substr($$buf, $pos, $len);
 		$pos += $len + 2;
 	}

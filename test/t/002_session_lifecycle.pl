@@ -6,6 +6,7 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedlockTest;
+use FakeRedis;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
@@ -206,6 +207,30 @@ my $again = secure_stat(qr/^cmdstat_eval:calls=(\d+)/m);
 ok($again >= int(@secure / 2) + 1 && $again <= @secure, "flush: and once more by its text ($again nodes)");
 is($fl->query_safe("SELECT redlock_unlock('life:fl4')"), 't', 'flush: and released');
 $fl->quit;
+
+# --- scripts by SHA1, framed whole for every size of argument count: a
+# proxy that reads every request strictly (a bulk string must end in CRLF)
+# in front of a real node.  Releases of 1, 3, 60 and 400 leases make
+# EVALSHA commands of 1, 2 and 3 digits of arguments.  (A header buffer cut
+# short once sent the SHA1 without its last digit and two stray bytes for
+# its CRLF, which Redis forgives but answers with NOSCRIPT.)
+my $proxy = FakeRedis->new(mode => 'delay', backend => $redis[0]->addr, delay => 0);
+my $fr = $pg->background_psql('postgres', on_error_stop => 0);
+$fr->query_safe("SET redlock.nodes = '${\ $proxy->addr }'");
+for my $n (1, 1, 3, 60, 400)
+{
+	$fr->query_safe("SELECT count(redlock_lock('frame:$n:' || g, 60000)) FROM generate_series(1, $n) g");
+	$fr->query_safe('SELECT redlock_unlock_all()');
+}
+$fr->quit;
+is($proxy->died, '', 'scripts by SHA1: the strict proxy read every request whole');
+# the release's first argument is its number of keys, one per lease
+my %released = map { /^conn \d+: EVALSHA release (\d+) / ? ($1 => 1) : () } $proxy->requests;
+is(join(' ', sort { $a <=> $b } keys %released), '1 3 60 144 256',
+	'releases of 1, 3, 60 and 400 leases (in chunks of 256) went by SHA1: 6 to 516 arguments');
+is(scalar(grep { /: EVALSHA unknown/ } $proxy->requests), 0,
+	'and every SHA1 named a script the node had been sent');
+ok(no_keys('frame:*', $redis[0]), 'every lease released on the node');
 
 # --- leases are released when the credentials change while they are held
 my $cred = $pg->background_psql('postgres', on_error_stop => 0);
