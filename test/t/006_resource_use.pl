@@ -115,14 +115,29 @@ for my $i (0 .. $#redis)
 
 # many leases released at once (unlock_all, COMMIT, backend exit) go out
 # pipelined: more of them than a connection may owe replies must still all
-# be released on every node (a call returns once a majority confirmed: the
-# last node's commands may still be on their way, so the keys are waited for)
+# be released on every node
 sub lock_keys
 {
 	return key_count('many*', @redis);
 }
+
+# Each of $n leases matching $pattern is on a majority of the nodes: what a
+# grant promises.  Not every node: a call returns once a majority answered,
+# and on a busy machine a node can fall so far behind a loop of 1500 calls
+# that its connection owes too many replies and is dropped ("stopped
+# answering"), with the locks queued on it (a lock is not sent again).
+sub held_by_majority
+{
+	my ($pattern, $n) = @_;
+	my %nodes_of;
+	for my $r (@redis)
+	{
+		$nodes_of{$_}++ for grep { $_ ne '' } split /\n/, keys_on($r, $pattern);
+	}
+	return $n == grep { $_ >= int(@redis / 2) + 1 } values %nodes_of;
+}
 $s->query_safe("SELECT count(redlock_lock('many:' || g, 60000)) FROM generate_series(1, 1500) g");
-ok(wait_for(sub { lock_keys() eq '1500 1500 1500' }), '1500 session leases held on every node')
+ok(wait_for(sub { held_by_majority('many:*', 1500) }), '1500 session leases, each held on a majority of nodes')
   or diag 'keys on the nodes: ' . lock_keys();
 $s->query_safe('SELECT redlock_unlock_all()');
 ok(no_keys('many*', @redis), 'unlock_all released all 1500 on every node');
@@ -137,7 +152,8 @@ ok(no_keys('many*', @redis), 'COMMIT released 1500 transaction leases on every n
 # releases are far more than the sockets buffer.
 my $long = 'x' x 400;
 $s->query_safe("SELECT count(redlock_lock('manyp:$long:' || g, 60000)) FROM generate_series(1, 1500) g");
-ok(wait_for(sub { lock_keys() eq '1500 1500 1500' }), '1500 leases with long names held on every node');
+ok(wait_for(sub { held_by_majority('manyp:*', 1500) }), '1500 leases with long names, each held on a majority of nodes')
+  or diag 'keys on the nodes: ' . lock_keys();
 $redis[2]->pause;
 $s->query_until(qr/releasing/, "\\echo releasing\nSELECT redlock_unlock_all();\n");
 usleep(300_000);
