@@ -51,8 +51,12 @@
 #             5 nodes and TTL; one client (lock + unlock, timed in the
 #             client), and 16 async workers sharing one Redlock, each on its
 #             own resource, for SECONDS.
-# Informative, no target: the release script's own floor, and one session's
-# cycles/s through pgbench -c 1 against node-redlock with 1 worker.
+# Informative, no target: the release script's own floor, one session's
+# cycles/s through pgbench -c 1 against node-redlock with 1 worker, and the
+# floor of a design redlock does not have, one connection per node shared
+# by all backends (bench/shared/shared_floor.c, in a second cluster: 16
+# sessions through pgbench, each round queued to a worker that pipelines
+# every backend's commands to the nodes; the same scripts and arguments).
 #
 # Every repeat runs all of them, in an order rotated from repeat to repeat.
 # The machine's load is recorded: busy share of all CPUs over 3 s before
@@ -113,6 +117,10 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 echo "== floor client (bench/floor.c) and node-redlock (npm ci in bench/node)" >&2
 bench_floor_build "$OUT"
+echo "== the shared-connection floor (bench/shared)" >&2
+make -s -C bench/shared PG_CONFIG="$PG_CONFIG" install > "$OUT/shared_floor_build.log" 2>&1 ||
+	{ cat "$OUT/shared_floor_build.log" >&2; exit 1; }
+make -s -C bench/shared clean PG_CONFIG="$PG_CONFIG" > /dev/null
 (cd bench/node && npm ci --no-audit --no-fund --loglevel=error > "$OUT/npm.log" 2>&1) ||
 	{ cat "$OUT/npm.log" >&2; exit 1; }
 
@@ -128,6 +136,7 @@ export PGOPTIONS="-c jit=off"
 PG_PM_PID=$(head -1 "$BENCH_WORK/pg/data/postmaster.pid")
 
 q() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
+qsf() { (bench_use sf; q "$@"); }
 log() { echo "-- $*" >&2; }
 KV=$OUT/kv
 : > "$KV"
@@ -164,18 +173,66 @@ REL_CMDS=$(bench_floor_describe "$OUT" release)
 log "acquire: $ACQ_CMDS"
 log "release: $REL_CMDS"
 
+# ---------------------------------------------------------------- the shared-connection floor
+# bench/shared/shared_floor.c sends an acquire and a release with the
+# arguments where the captured ones have them; it is checked here, so that
+# a change of the scripts' arguments stops the run instead of measuring
+# something else.
+carg() { "$OUT/floor" --arg "$OUT/floor_cmds.txt" "$1" 0 "$2"; }
+cargc() { local n=0; while carg "$1" "$n" > /dev/null; do n=$((n + 1)); done; echo "$n"; }
+if [ "$(cargc acquire)" != 8 ] || [ "$(cargc release)" != 6 ] ||
+	"$OUT/floor" --arg "$OUT/floor_cmds.txt" acquire 1 0 > /dev/null ||
+	"$OUT/floor" --arg "$OUT/floor_cmds.txt" release 1 0 > /dev/null ||
+	[ "$(carg acquire 0 | tr a-z A-Z)" != EVALSHA ] || [ "$(carg release 0 | tr a-z A-Z)" != EVALSHA ] ||
+	[ "$(carg acquire 3)" != "$(carg release 3)" ] || [ "$(carg acquire 5)" != "$(carg release 4)" ] ||
+	[ "$(carg acquire 6)" != "$TTL" ] || [ "$(carg acquire 7)" != "$TOKEN" ] ||
+	[ "$(carg acquire 3)" != "$(carg release 5)lock:capture" ]; then
+	echo "targets: the captured commands (floor_cmds.txt) are no longer laid out as bench/shared/shared_floor.c sends them: update it" >&2
+	exit 1
+fi
+SF_ACQ=$(carg acquire 1 | tr A-F a-f)
+SF_REL=$(carg release 1 | tr A-F a-f)
+for p in $PORTS; do	# EVALSHA only: every node must have both scripts
+	for sha in $SF_ACQ $SF_REL; do
+		if [ "$(redis-cli -p "$p" SCRIPT EXISTS "$sha")" != 1 ]; then
+			bench_src_script "$OUT" "$(awk -v h="$sha" '$1 == h { print $2 }' "$OUT/src_scripts.txt")" |
+				redis-cli -p "$p" -x SCRIPT LOAD > /dev/null
+		fi
+		[ "$(redis-cli -p "$p" SCRIPT EXISTS "$sha")" = 1 ] ||
+			{ echo "targets: could not load script $sha on node $p" >&2; exit 1; }
+	done
+done
+bench_cluster sf shared_preload_libraries=shared_floor fsync=on jit=off max_connections=100 \
+	"shared_floor.nodes=$NODES" "shared_floor.acquire_sha=$SF_ACQ" "shared_floor.release_sha=$SF_REL"
+SF_PM_PID=$(head -1 "$BENCH_WORK/sf/data/postmaster.pid")
+qsf <<SQL
+CREATE EXTENSION shared_floor;
+-- as bench_cycle: one PL/pgSQL call per cycle, a refusal is an error; the
+-- captured counter and owner value (the same length as the extension's)
+CREATE FUNCTION bench_sf_cycle(r text) RETURNS void LANGUAGE plpgsql AS \$\$
+BEGIN
+	IF NOT shared_floor_cycle('$(carg release 5)lock:' || r, '$(carg acquire 4)', '$(carg acquire 5)', $TTL, '$(carg release 5)') THEN
+		RAISE EXCEPTION 'lock on % refused', r;
+	END IF;
+END
+\$\$;
+SQL
+
 # ---------------------------------------------------------------- load
 HZ=$(getconf CLK_TCK)
 # CPU jiffies of our processes: "redis cluster", the redis-servers, and the
-# cluster (postmaster, its children, and the children it has reaped)
+# two clusters (postmasters, their children, and the children they reaped)
 our_cpu() {
-	local r=0 t p c
+	local r=0 t p c pm
 	for p in $PORTS; do
 		r=$((r + $(awk '{ print $14 + $15 }' "/proc/$(bench_node_pid redis "$p")/stat")))
 	done
-	t=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$PG_PM_PID/stat")
-	for c in $(pgrep -P "$PG_PM_PID"); do
-		t=$((t + $(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null || echo 0)))
+	t=0
+	for pm in $PG_PM_PID $SF_PM_PID; do
+		t=$((t + $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat")))
+		for c in $(pgrep -P "$pm"); do
+			t=$((t + $(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null || echo 0)))
+		done
 	done
 	echo "$r $t"
 }
@@ -223,7 +280,11 @@ run_pgb() {	# pgbench CLIENTS REP [--log ...]: each client on its own resource
 }
 run_node1() { NODE_SAMPLES=$OUT/samples_node1_$1 node bench/node/bench.js single "$NODES" "node1:$1" "$CYCLES" "$WARM"; }
 run_nodew() { node bench/node/bench.js workers "$NODES" "node$2:$1" "$2" "$SECS"; }
+run_sf() {	# the shared-connection floor: pgbench in the second cluster
+	(bench_use sf; pgbench -n -M prepared -c "$WORKERS" -j 2 -T "$SECS" -D "run=$1" -f "$OUT/sf_cycle.sql")
+}
 echo "SELECT bench_cycle('pgb:' || :run || ':' || :client_id);" > "$OUT/cycle.sql"
+echo "SELECT bench_sf_cycle('sf:' || :run || ':' || :client_id);" > "$OUT/sf_cycle.sql"
 
 pgb_check() {	# NAME REP: the tps of a pgbench run; fails on failed clients
 	local f="$OUT/$1_$2.out"
@@ -238,7 +299,7 @@ pgb_check() {	# NAME REP: the tps of a pgbench run; fails on failed clients
 	sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$f" | head -1
 }
 
-ITEMS=(floor rl1 node1 rl16 node16 pgb1 nodew1)
+ITEMS=(floor rl1 node1 rl16 node16 pgb1 nodew1 sf16)
 for ((r = 1; r <= REPS; r++)); do
 	kv "uptime_$r" "$(bench_uptime)"
 	for ((k = 0; k < ${#ITEMS[@]}; k++)); do
@@ -275,6 +336,11 @@ for ((r = 1; r <= REPS; r++)); do
 		nodew1)
 			log "repeat $r/$REPS: node-redlock, one worker, ${SECS}s"
 			measure nodew1 "$r" run_nodew "$r" 1 ;;
+		sf16)
+			log "repeat $r/$REPS: shared-connection floor, $WORKERS sessions, ${SECS}s"
+			measure sf16 "$r" run_sf "$r"
+			tps=$(pgb_check sf16 "$r")
+			kv "sf16_tps_$r" "$tps" ;;
 		esac
 	done
 done
@@ -335,7 +401,7 @@ fmt0() { printf '%.0f' "$1"; }
 # cycles NAME REP: the cycles a throughput run completed
 cycles() {
 	case $1 in
-	rl16|pgb1) sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/${1}_$2.out" ;;
+	rl16|pgb1|sf16) sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/${1}_$2.out" ;;
 	*) val "$OUT/${1}_$2.out" cycles ;;
 	esac
 }
@@ -368,6 +434,7 @@ rl_acq=$(med rl1 acquire_p50); rl_rel=$(med rl1 release_p50); rl_cyc=$(med rl1 c
 nd_cyc=$(med node1 cycle_p50)
 rl16=$(med rl16_tps kv); nd16=$(med node16 cycles_per_s)
 r1=$(ratio "$rl_acq" "$fl_acq"); r2=$(ratio "$rl_rel" "$fl_acq"); r3=$(ratio "$rl_cyc" "$nd_cyc"); r4=$(ratio "$rl16" "$nd16")
+sf16=$(med sf16_tps kv)
 
 REPORT_FILE=$OUT/TARGETS.md
 {
@@ -383,7 +450,7 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "| date | $DATE |"
 	echo "| machine | $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME") |"
 	echo "| software | $(q -c 'SELECT version()' | cut -d, -f1), redlock $(q -c "SELECT extversion FROM pg_extension WHERE extname = 'redlock'") (commit $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src sql 2>/dev/null || echo ", src/ or sql/ modified")), $(redis-server --version | awk '{print $1, $2, $3}'), hiredis $(dpkg-query -W -f='${Version}' libhiredis-dev 2>/dev/null), node $(node --version), redlock $(node -p "require('./bench/node/node_modules/redlock/package.json').version") with ioredis $(node -p "require('./bench/node/node_modules/ioredis/package.json').version") |"
-	echo "| setup | 5 redis-server nodes on free loopback ports, AOF with appendfsync everysec; one cluster on a unix socket, redlock in shared_preload_libraries, fsync=on, jit=off, redlock.node_timeout=500ms; lock TTL $TTL ms everywhere |"
+	echo "| setup | 5 redis-server nodes on free loopback ports, AOF with appendfsync everysec; one cluster on a unix socket, redlock in shared_preload_libraries, fsync=on, jit=off, redlock.node_timeout=500ms; a second cluster with only bench/shared's module preloaded, for the shared-connection floor; lock TTL $TTL ms everywhere |"
 	echo "| load | before the run $(get idle_busy_before)% of all CPUs busy over 3 s, after it $(get idle_busy_after)%; other processes than this benchmark's used $others_med% of all CPUs during a measurement (median), at most $others_max% |"
 	echo "| uptime | before: \`$(get uptime_before)\`; after: \`$(get uptime_after)\` (at the start of each repeat: below) |"
 	echo "| repeats | $REPS, interleaved (the order of the measurements rotated from repeat to repeat); every figure is the median of the repeats' figures, per repeat after it; ratios are between medians |"
@@ -424,6 +491,7 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "| node-redlock, $WORKERS async workers | $(fmt0 "$nd16") | $(reps_of node16 cycles_per_s | sed 's/\.[0-9]*//g') | $(med node16_busy kv) | $(med node16_others kv) | $(cpu_split node16) |"
 	echo "| redlock, one session (\`pgbench -n -M prepared -c 1 -T $SECS\`) | $(fmt0 "$(med pgb1_tps kv)") | $(reps_of pgb1_tps kv | sed 's/\.[0-9]*//g') | $(med pgb1_busy kv) | $(med pgb1_others kv) | $(cpu_split pgb1) |"
 	echo "| node-redlock, one worker | $(fmt0 "$(med nodew1 cycles_per_s)") | $(reps_of nodew1 cycles_per_s | sed 's/\.[0-9]*//g') | $(med nodew1_busy kv) | $(med nodew1_others kv) | $(cpu_split nodew1) |"
+	echo "| not redlock: the floor of one shared connection per node, $WORKERS sessions (\`bench/shared\`) | $(fmt0 "$sf16") | $(reps_of sf16_tps kv | sed 's/\.[0-9]*//g') | $(med sf16_busy kv) | $(med sf16_others kv) | $(cpu_split sf16) |"
 	echo
 	echo "CPU per cycle: the jiffies the 5 redis-servers, this benchmark's cluster (its postmaster and every"
 	echo "backend) and the client (pgbench, or node-redlock's node process) used during the run, divided by"
@@ -440,6 +508,11 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "  (per repeat $(reps_of pgb1_p50 kv)), against node-redlock's client-side cycle p50 $nd_cyc us: $(ratio "$pgb1_p50" "$nd_cyc")."
 	echo "  Target 3 compares the cycle timed in the server (rows 1 and 2 are timed there too), which leaves"
 	echo "  out the statement's round trip between client and server (about the cost of \`SELECT 1\`)."
+	echo "- What one connection per node shared by all backends could give (target 4): its floor, the"
+	echo "  same $WORKERS sessions' rounds queued to one worker that pipelines them to the nodes, made"
+	echo "  $(fmt0 "$sf16") cycles/s: $(ratio "$sf16" "$nd16") x node-redlock's $WORKERS workers (per repeat"
+	echo "  $(reps_ratio sf16_tps kv node16 cycles_per_s)) and $(ratio "$sf16" "$rl16") x redlock's $WORKERS sessions. It does none of the"
+	echo "  extension's work around a round (lock table, registry, fencing choice, statistics, failures)."
 	echo
 	echo "## How"
 	echo
@@ -459,6 +532,13 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "  node-redlock waits for all 5 replies before it settles a lock or an unlock, and runs"
 	echo "  EVALSHA of its scripts (SET NX PX; GET and DEL), no fencing token. Workers: $WORKERS async"
 	echo "  loops sharing it, each on its own resource, counting the cycles completed in $SECS s."
+	echo "- Shared-connection floor (\`bench/shared/shared_floor.c\`, a module of its own in a second"
+	echo "  cluster, not the extension): a background worker holds one connection per node; a backend's"
+	echo "  \`shared_floor_cycle\` (called once per cycle from PL/pgSQL, as \`bench_cycle\`) puts the"
+	echo "  acquire command (the captured one's script, keys, owner value and TTL, a fresh proposal) in"
+	echo "  a shared-memory slot, queues it and sets the worker's latch; the worker appends every queued"
+	echo "  command to each node's connection, writes each node's batch in one write, counts the replies"
+	echo "  and sets the backend's latch at the majority; then the release the same way."
 	echo
 	echo "Machine load (uptime) at the start of each repeat:"
 	echo
