@@ -280,8 +280,13 @@ run_pgb() {	# pgbench CLIENTS REP [--log ...]: each client on its own resource
 }
 run_node1() { NODE_SAMPLES=$OUT/samples_node1_$1 node bench/node/bench.js single "$NODES" "node1:$1" "$CYCLES" "$WARM"; }
 run_nodew() { node bench/node/bench.js workers "$NODES" "node$2:$1" "$2" "$SECS"; }
-run_sf() {	# the shared-connection floor: pgbench in the second cluster
-	(bench_use sf; pgbench -n -M prepared -c "$WORKERS" -j 2 -T "$SECS" -D "run=$1" -f "$OUT/sf_cycle.sql")
+run_sf() {	# run_sf CLIENTS REP [--log ...]: the shared-connection floor, in the second cluster
+	(bench_use sf; pgbench -n -M prepared -c "$1" -j $(($1 < 2 ? 1 : 2)) -T "$SECS" -D "run=$2" -f "$OUT/sf_cycle.sql" "${@:3}")
+}
+log_p50() {	# log_p50 PREFIX: p50 of the cycles' client-side latency (us, column 3) in pgbench's logs
+	cat "$1".* | awk '{ print $3 }' | sort -n |
+		awk '{ a[NR] = $1 } END { i = int(NR * 0.5 + 0.5); if (i < 1) i = 1; print a[i] + 0 }'
+	rm -f "$1".*
 }
 echo "SELECT bench_cycle('pgb:' || :run || ':' || :client_id);" > "$OUT/cycle.sql"
 echo "SELECT bench_sf_cycle('sf:' || :run || ':' || :client_id);" > "$OUT/sf_cycle.sql"
@@ -299,7 +304,7 @@ pgb_check() {	# NAME REP: the tps of a pgbench run; fails on failed clients
 	sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$f" | head -1
 }
 
-ITEMS=(floor rl1 node1 rl16 node16 pgb1 nodew1 sf16)
+ITEMS=(floor rl1 node1 rl16 node16 pgb1 nodew1 sf16 sf1)
 for ((r = 1; r <= REPS; r++)); do
 	kv "uptime_$r" "$(bench_uptime)"
 	for ((k = 0; k < ${#ITEMS[@]}; k++)); do
@@ -329,18 +334,21 @@ for ((r = 1; r <= REPS; r++)); do
 			measure pgb1 "$r" run_pgb 1 "$r" --log --log-prefix="$OUT/pgb1_log_$r"
 			tps=$(pgb_check pgb1 "$r")
 			kv "pgb1_tps_$r" "$tps"
-			# the latency of each cycle as the client saw it (us, column 3)
-			kv "pgb1_p50_$r" "$(cat "$OUT"/pgb1_log_"$r".* | awk '{ print $3 }' | sort -n |
-				awk '{ a[NR] = $1 } END { i = int(NR * 0.5 + 0.5); if (i < 1) i = 1; print a[i] + 0 }')"
-			rm -f "$OUT"/pgb1_log_"$r".* ;;
+			kv "pgb1_p50_$r" "$(log_p50 "$OUT/pgb1_log_$r")" ;;
 		nodew1)
 			log "repeat $r/$REPS: node-redlock, one worker, ${SECS}s"
 			measure nodew1 "$r" run_nodew "$r" 1 ;;
 		sf16)
 			log "repeat $r/$REPS: shared-connection floor, $WORKERS sessions, ${SECS}s"
-			measure sf16 "$r" run_sf "$r"
+			measure sf16 "$r" run_sf "$WORKERS" "$r"
 			tps=$(pgb_check sf16 "$r")
 			kv "sf16_tps_$r" "$tps" ;;
+		sf1)
+			log "repeat $r/$REPS: shared-connection floor, one session through pgbench, ${SECS}s"
+			measure sf1 "$r" run_sf 1 "$r" --log --log-prefix="$OUT/sf1_log_$r"
+			tps=$(pgb_check sf1 "$r")
+			kv "sf1_tps_$r" "$tps"
+			kv "sf1_p50_$r" "$(log_p50 "$OUT/sf1_log_$r")" ;;
 		esac
 	done
 done
@@ -401,7 +409,7 @@ fmt0() { printf '%.0f' "$1"; }
 # cycles NAME REP: the cycles a throughput run completed
 cycles() {
 	case $1 in
-	rl16|pgb1|sf16) sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/${1}_$2.out" ;;
+	rl16|pgb1|sf16|sf1) sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/${1}_$2.out" ;;
 	*) val "$OUT/${1}_$2.out" cycles ;;
 	esac
 }
@@ -492,6 +500,7 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "| redlock, one session (\`pgbench -n -M prepared -c 1 -T $SECS\`) | $(fmt0 "$(med pgb1_tps kv)") | $(reps_of pgb1_tps kv | sed 's/\.[0-9]*//g') | $(med pgb1_busy kv) | $(med pgb1_others kv) | $(cpu_split pgb1) |"
 	echo "| node-redlock, one worker | $(fmt0 "$(med nodew1 cycles_per_s)") | $(reps_of nodew1 cycles_per_s | sed 's/\.[0-9]*//g') | $(med nodew1_busy kv) | $(med nodew1_others kv) | $(cpu_split nodew1) |"
 	echo "| not redlock: the floor of one shared connection per node, $WORKERS sessions (\`bench/shared\`) | $(fmt0 "$sf16") | $(reps_of sf16_tps kv | sed 's/\.[0-9]*//g') | $(med sf16_busy kv) | $(med sf16_others kv) | $(cpu_split sf16) |"
+	echo "| not redlock: the same floor, one session | $(fmt0 "$(med sf1_tps kv)") | $(reps_of sf1_tps kv | sed 's/\.[0-9]*//g') | $(med sf1_busy kv) | $(med sf1_others kv) | $(cpu_split sf1) |"
 	echo
 	echo "CPU per cycle: the jiffies the 5 redis-servers, this benchmark's cluster (its postmaster and every"
 	echo "backend) and the client (pgbench, or node-redlock's node process) used during the run, divided by"
@@ -513,6 +522,9 @@ REPORT_FILE=$OUT/TARGETS.md
 	echo "  $(fmt0 "$sf16") cycles/s: $(ratio "$sf16" "$nd16") x node-redlock's $WORKERS workers (per repeat"
 	echo "  $(reps_ratio sf16_tps kv node16 cycles_per_s)) and $(ratio "$sf16" "$rl16") x redlock's $WORKERS sessions. It does none of the"
 	echo "  extension's work around a round (lock table, registry, fencing choice, statistics, failures)."
+	echo "  What it costs one session: its cycle through pgbench, client-side p50 as above, $(med sf1_p50 kv) us"
+	echo "  (per repeat $(reps_of sf1_p50 kv)) against redlock's $pgb1_p50 us: $(ratio "$(med sf1_p50 kv)" "$pgb1_p50") (two rounds, each"
+	echo "  through the worker: two more latch round trips between processes, and no lock table or registry)."
 	echo
 	echo "## How"
 	echo
