@@ -304,6 +304,19 @@ pgb_check() {	# NAME REP: the tps of a pgbench run; fails on failed clients
 	sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$f" | head -1
 }
 
+# pgb_item NAME REP RUNNER ARGS...: a pgbench run measured, its tps (and,
+# when it logged with --log-prefix=OUT/NAME_log_REP, its cycles' p50) kept
+pgb_item() {
+	local name=$1 rep=$2 tps
+	shift 2
+	measure "$name" "$rep" "$@"
+	tps=$(pgb_check "$name" "$rep")	# an assignment: its failure stops the run
+	kv "${name}_tps_$rep" "$tps"
+	if [[ " $* " == *" --log "* ]]; then
+		kv "${name}_p50_$rep" "$(log_p50 "$OUT/${name}_log_$rep")"
+	fi
+}
+
 ITEMS=(floor rl1 node1 rl16 node16 pgb1 nodew1 sf16 sf1)
 for ((r = 1; r <= REPS; r++)); do
 	kv "uptime_$r" "$(bench_uptime)"
@@ -321,9 +334,7 @@ for ((r = 1; r <= REPS; r++)); do
 			measure node1 "$r" run_node1 "$r" ;;
 		rl16)
 			log "repeat $r/$REPS: redlock, $WORKERS sessions, ${SECS}s"
-			measure rl16 "$r" run_pgb "$WORKERS" "$r"
-			tps=$(pgb_check rl16 "$r")	# an assignment: its failure stops the run
-			kv "rl16_tps_$r" "$tps" ;;
+			pgb_item rl16 "$r" run_pgb "$WORKERS" "$r" ;;
 		node16)
 			log "repeat $r/$REPS: node-redlock, $WORKERS workers, ${SECS}s"
 			measure node16 "$r" run_nodew "$r" "$WORKERS"
@@ -331,24 +342,16 @@ for ((r = 1; r <= REPS; r++)); do
 				{ echo "targets: node-redlock workers had errors (see $OUT/node16_$r.out)" >&2; exit 1; } ;;
 		pgb1)
 			log "repeat $r/$REPS: redlock, one session through pgbench, ${SECS}s"
-			measure pgb1 "$r" run_pgb 1 "$r" --log --log-prefix="$OUT/pgb1_log_$r"
-			tps=$(pgb_check pgb1 "$r")
-			kv "pgb1_tps_$r" "$tps"
-			kv "pgb1_p50_$r" "$(log_p50 "$OUT/pgb1_log_$r")" ;;
+			pgb_item pgb1 "$r" run_pgb 1 "$r" --log --log-prefix="$OUT/pgb1_log_$r" ;;
 		nodew1)
 			log "repeat $r/$REPS: node-redlock, one worker, ${SECS}s"
 			measure nodew1 "$r" run_nodew "$r" 1 ;;
 		sf16)
 			log "repeat $r/$REPS: shared-connection floor, $WORKERS sessions, ${SECS}s"
-			measure sf16 "$r" run_sf "$WORKERS" "$r"
-			tps=$(pgb_check sf16 "$r")
-			kv "sf16_tps_$r" "$tps" ;;
+			pgb_item sf16 "$r" run_sf "$WORKERS" "$r" ;;
 		sf1)
 			log "repeat $r/$REPS: shared-connection floor, one session through pgbench, ${SECS}s"
-			measure sf1 "$r" run_sf 1 "$r" --log --log-prefix="$OUT/sf1_log_$r"
-			tps=$(pgb_check sf1 "$r")
-			kv "sf1_tps_$r" "$tps"
-			kv "sf1_p50_$r" "$(log_p50 "$OUT/sf1_log_$r")" ;;
+			pgb_item sf1 "$r" run_sf 1 "$r" --log --log-prefix="$OUT/sf1_log_$r" ;;
 		esac
 	done
 done
