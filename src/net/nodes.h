@@ -110,6 +110,9 @@ typedef struct RlRequest
 								 * where the connection ran it before */
 
 	/* output */
+	uint64_t	tag;			/* names the round on the connections (the
+								 * node layer's round counter when it was
+								 * dispatched); see rl_nodes_oldest_owed */
 	int			nnodes;
 	RlNodeResult results[RL_MAX_NODES];
 	RlTally		tally;
@@ -128,6 +131,64 @@ extern void rl_nodes_disconnect_all(void);
 extern int	rl_nodes_open_connections(void);
 extern const char *rl_nodes_error_hint(const RlRequest *req,
 									   const char *fallback);
+
+/*
+ * Rounds of many requests at once (the dispatcher worker, which serves the
+ * rounds of the backends on one connection per node): every request is
+ * dispatched, in order, one command after the other on each node's
+ * connection (one write per node for all of them), and the replies go each
+ * to its own request.  done is called for each request as soon as its goal
+ * is met (or its nodes ran out of time), in no particular order; the call
+ * returns when all are done.  A request is decided as if it had been run
+ * alone: its own goal, its own deadline, node_timeout per node.  Never
+ * raises for a node list naming one server twice (rl_nodes_duplicates
+ * tells).  Raises nothing when every request is nothrow.
+ */
+typedef void (*RlRoundDone) (RlRequest *req, void *arg);
+extern void rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundDone done,
+							   void *arg);
+
+/*
+ * The tag of the oldest round some connection still owes a reply to, or
+ * UINT64_MAX if none does: every round tagged below it has been answered
+ * by, or has failed on, every node it was sent to.
+ */
+extern uint64_t rl_nodes_oldest_owed(void);
+
+/*
+ * This process's own connections owe nothing and hold nothing to send:
+ * every command sent on them was answered (replies that arrived are taken
+ * first, without waiting).  Must-deliver commands kept for a node that
+ * cannot be reached do not count.
+ */
+extern bool rl_nodes_quiet(void);
+
+/* Two entries of the node list in force are one server (RL004). */
+extern bool rl_nodes_duplicates(void);
+
+/*
+ * Everything that decides which connections a round uses, as a number:
+ * the node list and how the nodes are reached (credentials, TLS, DNS
+ * servers).  Two processes with the same number may use each other's
+ * connections.
+ */
+extern uint64_t rl_nodes_settings_fingerprint(void);
+
+/*
+ * A higher layer that can run a backend's rounds elsewhere (the dispatcher
+ * worker's shared connections, shared/shared_rounds.c) registers a hook.
+ * rl_nodes_run (wait true) and rl_nodes_send (wait false) ask it first:
+ * true means the round was handed there (and, with wait, ran: req holds
+ * its results); false means it runs on this process's own connections,
+ * and then own_done is called when it ended (also when it ended by an
+ * error: own_done raises nothing).
+ */
+typedef struct RlRoundHook
+{
+	bool		(*run_elsewhere) (RlRequest *req, bool wait);
+	void		(*own_done) (void);
+} RlRoundHook;
+extern void rl_nodes_set_round_hook(const RlRoundHook *hook);
 
 /*
  * Who a node is: learned from INFO server, asked once on every new
