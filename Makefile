@@ -21,6 +21,7 @@ OBJS = \
 	src/net/node_conn.o \
 	src/net/node_wait.o \
 	src/net/node_round.o \
+	src/net/node_batch.o \
 	src/protocol/protocol_values.o \
 	src/protocol/protocol_acquire.o \
 	src/protocol/protocol_extend.o \

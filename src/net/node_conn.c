@@ -49,6 +49,48 @@ rl_nodes_fingerprint(void)
 	return hash;
 }
 
+static uint64_t
+hash_text(uint64_t hash, const char *text)
+{
+	for (const unsigned char *c = (const unsigned char *) (text ? text : ""); *c; c++)
+	{
+		hash ^= *c;
+		hash *= UINT64CONST(1099511628211);
+	}
+	hash ^= '\n';
+	return hash * UINT64CONST(1099511628211);
+}
+
+/*
+ * Of the settings in force (not of the connections open): the node list in
+ * its order, the credentials, TLS and the DNS servers.
+ */
+uint64_t
+rl_nodes_settings_fingerprint(void)
+{
+	uint64_t	hash = UINT64CONST(14695981039346656037);
+	char		port[16];
+
+	if (rl_node_list != NULL)
+	{
+		for (int i = 0; i < rl_node_list->count; i++)
+		{
+			snprintf(port, sizeof(port), "%d", rl_node_list->nodes[i].port);
+			hash = hash_text(hash, rl_node_list->nodes[i].host);
+			hash = hash_text(hash, port);
+		}
+	}
+	snprintf(port, sizeof(port), "%d", rl_tls_mode);
+	hash = hash_text(hash, port);
+	hash = hash_text(hash, rl_username);
+	hash = hash_text(hash, rl_password);
+	hash = hash_text(hash, rl_tls_ca_file);
+	hash = hash_text(hash, rl_tls_cert_file);
+	hash = hash_text(hash, rl_tls_key_file);
+	hash = hash_text(hash, rl_dns_servers);
+	return hash;
+}
+
 bool
 rl_nodes_config_changed(void)
 {
@@ -372,16 +414,27 @@ node_lost(RlNode *node, RlRequest *req, const char *what)
 {
 	int			idx = node - rl_nodes;
 
-	if (req != NULL && node->was_idle && !req->skip[idx] &&
-		req->results[idx].vote == RL_VOTE_PENDING)
+	bool		pending = false;
+
+	for (RlRequest *r = req; r != NULL; r = r->batch_next)
+		pending |= !r->skip[idx] && r->results[idx].vote == RL_VOTE_PENDING;
+	if (pending && node->was_idle)
 	{
 		node->was_idle = false;
 		node_disconnect(node);
 		node_connect(node, req);
 		if (node->state == RL_CONN_NONE)
 			return;				/* node_connect failed it */
-		if (!queue_request(node, req, rl_dispatch_tag))
-			node_fail(node, req, RL_OUTCOME_OTHER, "could not queue the request");
+		for (RlRequest *r = req; r != NULL; r = r->batch_next)
+		{
+			if (r->skip[idx] || r->results[idx].vote != RL_VOTE_PENDING)
+				continue;
+			if (!queue_request(node, r, r->tag))
+			{
+				node_fail(node, req, RL_OUTCOME_OTHER, "could not queue the request");
+				return;
+			}
+		}
 		return;
 	}
 	node_fail_hint(node, req, RL_OUTCOME_REFUSED, report_closed_hint(node),

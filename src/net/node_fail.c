@@ -55,31 +55,35 @@ rl_nodes_disconnect_all(void)
 }
 
 /*
- * A node failed: close its connection, fail this round's pending request on
- * it, and back off before connecting again.
+ * A node failed: close its connection, fail the round's pending requests
+ * on it (every undecided request of a batch), and back off before
+ * connecting again.
  */
 static void
 node_vfail(RlNode *node, RlRequest *req, RlNodeOutcome kind, const char *hint,
 		   const char *fmt, va_list args)
 {
 	int			idx = node - rl_nodes;
+	bool		failed_request = false;
 
 	report_vclip(node->last_error, sizeof(node->last_error), fmt, args);
 	node->last_hint = hint ? hint : report_text_hint(node->last_error);
 	node->failed_at_us = rl_now_us();
 
-	if (req != NULL && !req->skip[idx] &&
-		req->results[idx].vote == RL_VOTE_PENDING)
+	for (RlRequest *r = req; r != NULL; r = r->batch_next)
 	{
-		if (req->must_deliver)
-			queue_keep(node, req);
-		req->results[idx].vote = RL_VOTE_FAILED;
-		req->results[idx].outcome = kind;	/* told at the round's end */
-		strlcpy(req->results[idx].detail, node->last_error,
-				sizeof(req->results[idx].detail));
-		req->results[idx].hint = node->last_hint;
+		if (r->skip[idx] || r->results[idx].vote != RL_VOTE_PENDING)
+			continue;
+		if (r->must_deliver)
+			queue_keep(node, r);
+		r->results[idx].vote = RL_VOTE_FAILED;
+		r->results[idx].outcome = kind; /* told at the round's end */
+		strlcpy(r->results[idx].detail, node->last_error,
+				sizeof(r->results[idx].detail));
+		r->results[idx].hint = node->last_hint;
+		failed_request = true;
 	}
-	else
+	if (!failed_request)
 		report_failure(node, kind,
 					   node_connecting(node) ? node->connect_started_us :
 					   node->failed_at_us);

@@ -151,6 +151,22 @@ node_connecting(const RlNode *node)
 }
 
 /*
+ * The request of the round (or of the batch of rounds, chained by
+ * batch_next) that a reply owed under tag answers, or NULL: a reply to an
+ * earlier round, or to a request nobody waits for.
+ */
+static inline RlRequest *
+round_request(RlRequest *req, uint64_t tag)
+{
+	if (tag == RL_TAG_DISCARD)
+		return NULL;
+	for (RlRequest *r = req; r != NULL; r = r->batch_next)
+		if (r->tag == tag)
+			return r;
+	return NULL;
+}
+
+/*
  * The files of the node layer, lowest first.  Each uses only the files
  * above it in this list (test/check-layers.sh checks it); a lower one that
  * must tell a higher one something returns it (pipeline_read's lost
@@ -160,8 +176,7 @@ node_connecting(const RlNode *node)
 /* node_table.c: the node table and the flags the files share */
 extern RlNode rl_nodes[RL_MAX_NODES];
 extern int	rl_nnodes;
-extern uint64_t rl_round_id;	/* tag of the round being waited for */
-extern uint64_t rl_dispatch_tag;	/* tag of what is being dispatched */
+extern uint64_t rl_round_id;	/* tag of the last round dispatched */
 extern bool rl_wes_stale;		/* sockets changed: rebuild the wait set */
 extern bool rl_latch_fired;		/* the latch was set during a round */
 
@@ -259,6 +274,18 @@ extern void wait_pump_resolver(RlRequest *req);
 extern void wait_handle_ready(RlRequest *req, RlReady *ready, int nready);
 extern bool wait_any_buffered_input(void);
 
-/* node_round.c: one request to every node (its functions are in nodes.h) */
+/* node_round.c: one request to every node (and the functions of nodes.h) */
+extern void round_housekeeping(void);
+extern void round_dispatch(RlNode *node, RlRequest *req, uint64_t tag,
+						   bool honour_backoff, bool write_now);
+extern void round_dispatch_all(RlRequest *req, uint64_t tag, bool write_now);
+extern bool round_dispatch_backed_off(RlRequest *req);
+extern bool round_finished(RlRequest *req);
+extern int64_t round_node_deadline(const RlNode *node);
+extern void round_node_overdue(RlNode *node, RlRequest *req, int64_t now,
+							   bool round_deadline);
+extern void round_flush(void);
+
+/* node_batch.c: many requests at once (its functions are in nodes.h) */
 
 #endif							/* REDLOCK_NODE_INTERNAL_H */

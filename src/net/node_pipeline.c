@@ -302,18 +302,20 @@ resend_by_text(RlNode *node, RlRequest *req, uint64_t tag, char *kept,
 			queue_keep_text(node, kept, kept_len);	/* for the next connection */
 		return true;
 	}
-	if (req != NULL && tag == rl_round_id && !req->skip[idx] &&
+	req = round_request(req, tag);
+	if (req != NULL && !req->skip[idx] &&
 		req->argv != NULL && req->results[idx].vote == RL_VOTE_PENDING)
 		return queue_request(node, req, tag);
 	return false;
 }
 
-/* Mark the node's answer to this round as a protocol error. */
+/* Mark the node's answer to this round (batch) as a protocol error. */
 static void
 mark_protocol_error(RlRequest *req, int idx)
 {
-	if (req != NULL && !req->skip[idx])
-		req->results[idx].protocol_error = true;
+	for (RlRequest *r = req; r != NULL; r = r->batch_next)
+		if (!r->skip[idx])
+			r->results[idx].protocol_error = true;
 }
 
 /*
@@ -432,9 +434,14 @@ pipeline_read(RlNode *node, RlRequest *req, char *lost, size_t lostlen)
 			node_answering(node);
 			continue;
 		}
-		else if (req != NULL && tag == rl_round_id && !req->skip[idx] &&
-				 req->results[idx].vote == RL_VOTE_PENDING)
-			take_reply(req, idx, reply);
+		else
+		{
+			RlRequest  *owner = round_request(req, tag);
+
+			if (owner != NULL && !owner->skip[idx] &&
+				owner->results[idx].vote == RL_VOTE_PENDING)
+				take_reply(owner, idx, reply);
+		}
 
 		if (kept != NULL)
 			redisFreeCommand(kept);

@@ -68,8 +68,8 @@ drop_if_overdue(RlNode *node, int64_t now)
  * Before a round: take replies that arrived since the last one, and drop
  * connections that have owed replies in silence for too long.
  */
-static void
-nodes_housekeeping(void)
+void
+round_housekeeping(void)
 {
 	int64_t		now;
 
@@ -86,11 +86,13 @@ nodes_housekeeping(void)
 }
 
 /*
- * Queue the request on one node and start sending.  A node in backoff is
- * not asked unless honour_backoff is false.
+ * Queue the request on one node, and start sending unless write_now is
+ * false (a batch writes once all its requests are queued).  A node in
+ * backoff is not asked unless honour_backoff is false.
  */
-static void
-node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
+void
+round_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff,
+			   bool write_now)
 {
 	RlNodeResult *res = &req->results[node - rl_nodes];
 	int64_t		now = rl_now_us();
@@ -146,14 +148,18 @@ node_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff)
 	}
 	node->asked_at_us = now;
 	node->want_write = true;
-	if (node->state == RL_CONN_READY)
+	if (node->state == RL_CONN_READY && write_now)
 		node_write(node, req);
 }
 
-/* Queue the request on every participating node. */
-static void
-nodes_dispatch(RlRequest *req, uint64_t tag)
+/*
+ * Queue the request on every participating node, under tag; write at once
+ * unless write_now is false.
+ */
+void
+round_dispatch_all(RlRequest *req, uint64_t tag, bool write_now)
 {
+	req->tag = tag;
 	req->nnodes = rl_nnodes;
 	for (int i = 0; i < rl_nnodes; i++)
 	{
@@ -164,7 +170,7 @@ nodes_dispatch(RlRequest *req, uint64_t tag)
 			strlcpy(req->results[i].detail, "not asked", sizeof(req->results[i].detail));
 			continue;
 		}
-		node_dispatch(&rl_nodes[i], req, tag, true);
+		round_dispatch(&rl_nodes[i], req, tag, true, write_now);
 	}
 }
 
@@ -174,8 +180,8 @@ nodes_dispatch(RlRequest *req, uint64_t tag)
  * its backoff while calls fail.  When a round could not reach a majority
  * and some nodes were skipped for backoff, ask them now.
  */
-static bool
-nodes_dispatch_backed_off(RlRequest *req, uint64_t tag)
+bool
+round_dispatch_backed_off(RlRequest *req)
 {
 	bool		any = false;
 
@@ -183,14 +189,14 @@ nodes_dispatch_backed_off(RlRequest *req, uint64_t tag)
 	{
 		if (!req->skip[i] && req->results[i].in_backoff)
 		{
-			node_dispatch(&rl_nodes[i], req, tag, false);
+			round_dispatch(&rl_nodes[i], req, req->tag, false, true);
 			any = true;
 		}
 	}
 	return any;
 }
 
-static bool
+bool
 round_finished(RlRequest *req)
 {
 	RlVote		votes[RL_MAX_NODES];
@@ -224,8 +230,8 @@ round_finished(RlRequest *req)
 }
 
 /* When node i's pending answer in this round is due. */
-static int64_t
-node_deadline(RlNode *node)
+int64_t
+round_node_deadline(const RlNode *node)
 {
 	int64_t		since;
 
@@ -236,8 +242,9 @@ node_deadline(RlNode *node)
 }
 
 /* A pending node ran out of time: say truthfully how. */
-static void
-node_overdue(RlNode *node, RlRequest *req, int64_t now, bool round_deadline)
+void
+round_node_overdue(RlNode *node, RlRequest *req, int64_t now,
+				   bool round_deadline)
 {
 	RlNodeResult *res = &req->results[node - rl_nodes];
 
@@ -292,7 +299,7 @@ round_wait(RlRequest *req)
 
 			if (req->results[i].vote != RL_VOTE_PENDING)
 				continue;
-			deadline = node_deadline(&rl_nodes[i]);
+			deadline = round_node_deadline(&rl_nodes[i]);
 			if (now >= deadline || round_over)
 				overdue = true;
 			else
@@ -311,8 +318,8 @@ round_wait(RlRequest *req)
 				RlNode	   *node = &rl_nodes[i];
 
 				if (req->results[i].vote == RL_VOTE_PENDING &&
-					(round_over || now >= node_deadline(node)))
-					node_overdue(node, req, now, round_over);
+					(round_over || now >= round_node_deadline(node)))
+					round_node_overdue(node, req, now, round_over);
 			}
 			polled = false;
 			continue;
@@ -337,8 +344,8 @@ round_wait(RlRequest *req)
  * request (and any kept commands) in its output buffer; finishing the
  * connect now sends them at once instead of at this backend's next call.
  */
-static void
-nodes_flush(void)
+void
+round_flush(void)
 {
 	wait_pump_resolver(NULL);
 	for (int i = 0; i < rl_nnodes; i++)
@@ -363,6 +370,41 @@ nodes_flush(void)
 	}
 }
 
+static const RlRoundHook *round_hook = NULL;
+
+void
+rl_nodes_set_round_hook(const RlRoundHook *hook)
+{
+	round_hook = hook;
+}
+
+static void run_own(RlRequest *req);
+
+/*
+ * Send the request to every node and wait until the round's goal is met:
+ * on this process's connections, unless the round hook runs it elsewhere.
+ */
+void
+rl_nodes_run(RlRequest *req)
+{
+	if (round_hook == NULL)
+	{
+		run_own(req);
+		return;
+	}
+	if (round_hook->run_elsewhere(req, true))
+		return;
+	PG_TRY();
+	{
+		run_own(req);
+	}
+	PG_FINALLY();
+	{
+		round_hook->own_done();
+	}
+	PG_END_TRY();
+}
+
 /*
  * Send the request to every node and wait until the round's goal is met.
  * Nodes that did not answer in time are left PENDING or FAILED in
@@ -372,23 +414,22 @@ nodes_flush(void)
  * retry nodes in backoff: its time is bounded by one connect_timeout plus
  * one node_timeout, and by its deadline if it has one.
  */
-void
-rl_nodes_run(RlRequest *req)
+static void
+run_own(RlRequest *req)
 {
 	/* lock rounds refuse a node list that names one server twice */
 	bool		refuse = !req->nothrow && !req->must_deliver && !req->probe;
 
-	nodes_housekeeping();
+	round_housekeeping();
 	if (refuse)
 		server_refuse_duplicates();
 	rl_round_id++;
-	rl_dispatch_tag = rl_round_id;
-	nodes_dispatch(req, rl_round_id);
+	round_dispatch_all(req, rl_round_id, true);
 	round_wait(req);
 	if (req->decision == RL_UNAVAILABLE && !req->nothrow &&
-		nodes_dispatch_backed_off(req, rl_round_id))
+		round_dispatch_backed_off(req))
 		round_wait(req);
-	nodes_flush();
+	round_flush();
 	report_round(req);
 
 	/*
@@ -501,9 +542,14 @@ rl_nodes_ping_idle(int interval_ms)
 void
 rl_nodes_send(RlRequest *req)
 {
-	nodes_housekeeping();
-	rl_dispatch_tag = RL_TAG_DISCARD;
-	nodes_dispatch(req, RL_TAG_DISCARD);
-	nodes_flush();
+	if (round_hook != NULL)
+	{
+		if (round_hook->run_elsewhere(req, false))
+			return;
+		round_hook->own_done(); /* nothing below waits or raises */
+	}
+	round_housekeeping();
+	round_dispatch_all(req, RL_TAG_DISCARD, true);
+	round_flush();
 	report_round(req);
 }

@@ -216,8 +216,9 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 		node_fail(node, req, RL_OUTCOME_OTHER,
 				  "protocol error: unexpected reply (type %d) to INFO",
 				  reply->type);
-		if (req != NULL && !req->skip[idx])
-			req->results[idx].protocol_error = true;
+		for (RlRequest *r = req; r != NULL; r = r->batch_next)
+			if (!r->skip[idx])
+				r->results[idx].protocol_error = true;
 		return;
 	}
 	if (!info_value(reply->str, reply->len, "run_id", run_id, sizeof(run_id)) ||
@@ -242,9 +243,9 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 						node->name, (long long) Max(id->uptime_s, 0), run_id,
 						rl_restart_quarantine_ms),
 				 errhint("See redlock.restart_quarantine.")));
-	if (req != NULL && !req->skip[idx] &&
-		req->results[idx].vote == RL_VOTE_PENDING)
-		(void) server_quarantined(node, req);
+	for (RlRequest *r = req; r != NULL; r = r->batch_next)
+		if (!r->skip[idx] && r->results[idx].vote == RL_VOTE_PENDING)
+			(void) server_quarantined(node, r);
 
 	/* the same server behind another entry, on its current connection? */
 	for (int j = 0; j < rl_nnodes; j++)
@@ -272,12 +273,14 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 		 * This node's vote, which comes after this reply, must not count:
 		 * the other entry's may have counted already.
 		 */
-		if (req != NULL && !req->skip[idx] && !req->probe &&
-			req->results[idx].vote == RL_VOTE_PENDING)
+		for (RlRequest *r = req; r != NULL; r = r->batch_next)
 		{
+			if (r->skip[idx] || r->probe ||
+				r->results[idx].vote != RL_VOTE_PENDING)
+				continue;
 			/* not counted: the server already votes as the other entry */
-			req->results[idx].vote = RL_VOTE_FAILED;
-			snprintf(req->results[idx].detail, sizeof(req->results[idx].detail),
+			r->results[idx].vote = RL_VOTE_FAILED;
+			snprintf(r->results[idx].detail, sizeof(r->results[idx].detail),
 					 "not counted: the same Redis server as %s (run_id %s)",
 					 other->name, run_id);
 		}

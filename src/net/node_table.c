@@ -16,7 +16,6 @@
 RlNode		rl_nodes[RL_MAX_NODES];
 int			rl_nnodes = 0;
 uint64_t	rl_round_id = 0;	/* tag of the round being waited for */
-uint64_t	rl_dispatch_tag = 0;	/* tag of what is being dispatched */
 bool		rl_wes_stale = true;	/* sockets changed: rebuild the wait set */
 bool		rl_latch_fired = false; /* the latch was set during a round */
 

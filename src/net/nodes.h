@@ -109,6 +109,11 @@ typedef struct RlRequest
 								 * never changes or moves: sent as EVALSHA
 								 * where the connection ran it before */
 
+	/* the node layer's own */
+	struct RlRequest *batch_next;	/* the next undecided request of the
+									 * same batch (rl_nodes_run_batch) */
+	bool		batch_retried;	/* its nodes in backoff were asked again */
+
 	/* output */
 	uint64_t	tag;			/* names the round on the connections (the
 								 * node layer's round counter when it was

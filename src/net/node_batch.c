@@ -1,0 +1,272 @@
+/*-------------------------------------------------------------------------
+ *
+ * node_batch.c
+ *	  Many requests at once on the same connections: the rounds that the
+ *	  dispatcher worker runs for the backends of the server.
+ *
+ * Every request of a batch is queued, in order, on each node's connection
+ * under a tag of its own, and each node's commands are written at once, in
+ * one write.  Replies come back in order on each connection and go each to
+ * its own request (round_request: the undecided requests are chained by
+ * batch_next, and every function of the layer that touches "the round's
+ * request" walks the chain).  A request is decided on its own, exactly as
+ * rl_nodes_run decides a request run alone: its goal, its deadline,
+ * node_timeout per node, the nodes in backoff asked again when it could not
+ * reach a majority without them.  As soon as it is decided it leaves the
+ * chain, is reported (the health hook) and handed to the caller's done
+ * callback: its late replies are discarded like those of an earlier round.
+ *
+ * A node's failure fails it for every undecided request of the batch at
+ * once, must-deliver requests kept for its next connection as for a single
+ * round.
+ *
+ * Also here: what the dispatcher and the backends it serves need to know of
+ * the connections (the oldest round still owed an answer, whether this
+ * process's own connections are quiet, whether the list names one server
+ * twice).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/latch.h"
+
+#include "net/node_internal.h"
+
+/*
+ * Unchain the decided requests, report them and hand them over.  Returns
+ * the new head of the chain.
+ */
+static RlRequest *
+batch_settle(RlRequest *head, RlRoundDone done, void *arg)
+{
+	RlRequest **link = &head;
+
+	while (*link != NULL)
+	{
+		RlRequest  *r = *link;
+
+		if (!round_finished(r))
+		{
+			link = &r->batch_next;
+			continue;
+		}
+		if (r->decision == RL_UNAVAILABLE && !r->nothrow &&
+			!r->batch_retried)
+		{
+			/* as rl_nodes_run: the nodes in backoff asked once more */
+			r->batch_retried = true;
+			if (round_dispatch_backed_off(r))
+			{
+				link = &r->batch_next;
+				continue;
+			}
+		}
+		*link = r->batch_next;
+		r->batch_next = NULL;
+		report_round(r);
+		done(r, arg);
+	}
+	return head;
+}
+
+/* Fail the pending nodes of the requests whose time is up. */
+static void
+batch_overdue(RlRequest *head, int64_t now)
+{
+	for (RlRequest *r = head; r != NULL; r = r->batch_next)
+	{
+		bool		round_over = r->deadline_us != 0 && now >= r->deadline_us;
+
+		for (int i = 0; i < r->nnodes; i++)
+		{
+			RlNode	   *node = &rl_nodes[i];
+
+			if (r->results[i].vote == RL_VOTE_PENDING &&
+				(round_over || now >= round_node_deadline(node)))
+				round_node_overdue(node, r, now, round_over);
+		}
+	}
+}
+
+/*
+ * The node failed while the batch was queued: the requests queued on it
+ * before that get its failure (the one it failed under, and the ones
+ * skipped for its backoff after it, have theirs).
+ */
+static void
+batch_fail_dispatched(RlRequest *head, RlNode *node)
+{
+	int			idx = node - rl_nodes;
+
+	for (RlRequest *r = head; r != NULL; r = r->batch_next)
+	{
+		RlNodeResult *res = &r->results[idx];
+
+		if (r->skip[idx] || res->vote != RL_VOTE_PENDING)
+			continue;
+		/* a must-deliver one is kept already (node_disconnect) */
+		res->vote = RL_VOTE_FAILED;
+		res->outcome = RL_OUTCOME_OTHER;
+		strlcpy(res->detail, node->last_error, sizeof(res->detail));
+		res->hint = node->last_hint;
+	}
+}
+
+void
+rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundDone done, void *arg)
+{
+	RlRequest  *head = NULL;
+	bool		was_idle[RL_MAX_NODES];
+	RlReady		ready[RL_MAX_READY];
+	bool		polled = false;
+
+	if (n <= 0)
+		return;
+	round_housekeeping();
+
+	/* the connections idle before the batch may be reconnected once */
+	for (int i = 0; i < rl_nnodes; i++)
+		was_idle[i] = rl_nodes[i].state == RL_CONN_READY &&
+			rl_nodes[i].owed_count == 0;
+
+	/*
+	 * Each request is chained once queued: a node that fails while a later
+	 * one is queued (a connect refused at once, a full reply ring) fails
+	 * only that one, so the earlier ones are failed on it afterwards.
+	 */
+	for (int k = 0; k < n; k++)
+	{
+		reqs[k]->batch_next = NULL;
+		reqs[k]->batch_retried = false;
+		round_dispatch_all(reqs[k], ++rl_round_id, false);
+		if (k > 0)
+			reqs[k - 1]->batch_next = reqs[k];
+	}
+	head = reqs[0];
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		node->was_idle = was_idle[i];
+		if (node->state == RL_CONN_NONE)
+			batch_fail_dispatched(head, node);
+		else if (node->state == RL_CONN_READY && node->want_write)
+			node_write(node, head);
+	}
+
+	for (;;)
+	{
+		int64_t		now;
+		int64_t		next_deadline = INT64_MAX;
+		bool		overdue = false;
+		long		timeout_ms;
+		int			nready;
+
+		head = batch_settle(head, done, arg);
+		if (head == NULL)
+			break;
+
+		now = rl_now_us();
+		for (RlRequest *r = head; r != NULL; r = r->batch_next)
+		{
+			bool		round_over = r->deadline_us != 0 && now >= r->deadline_us;
+
+			if (r->deadline_us != 0)
+				next_deadline = Min(next_deadline, r->deadline_us);
+			for (int i = 0; i < r->nnodes; i++)
+			{
+				int64_t		deadline;
+
+				if (r->results[i].vote != RL_VOTE_PENDING)
+					continue;
+				deadline = round_node_deadline(&rl_nodes[i]);
+				if (now >= deadline || round_over)
+					overdue = true;
+				else
+					next_deadline = Min(next_deadline, deadline);
+			}
+		}
+
+		/* as round_wait: look once without waiting before judging */
+		if (overdue && polled)
+		{
+			batch_overdue(head, now);
+			polled = false;
+			continue;
+		}
+		polled = overdue;
+
+		timeout_ms = overdue ? 0 : (long) ((next_deadline - now + 999) / 1000);
+		timeout_ms = resolve_timeout_ms(timeout_ms);
+		if (wait_any_buffered_input())
+			timeout_ms = 0;
+		if (head->nothrow)
+			nready = wait_in_poll(timeout_ms, ready);
+		else
+			nready = wait_in_event_set(timeout_ms, ready);
+		wait_handle_ready(head, ready, nready);
+	}
+	round_flush();
+
+	/* new requests arrived during the batch: the caller looks again */
+	if (rl_latch_fired)
+	{
+		rl_latch_fired = false;
+		SetLatch(MyLatch);
+	}
+}
+
+/*
+ * The oldest tag still owed on any connection (the rings are in the order
+ * sent, but a command sent again by its text owes its old tag at the end).
+ */
+uint64_t
+rl_nodes_oldest_owed(void)
+{
+	uint64_t	oldest = UINT64_MAX;
+
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		if (node->state != RL_CONN_READY && !node_connecting(node))
+			continue;
+		for (int k = 0; k < node->owed_count; k++)
+		{
+			uint64_t	tag = node->owed[(node->owed_head + k) % RL_MAX_OWED];
+
+			if (tag != RL_TAG_AUTH && tag != RL_TAG_INFO &&
+				tag != RL_TAG_DISCARD)
+				oldest = Min(oldest, tag);
+		}
+	}
+	return oldest;
+}
+
+bool
+rl_nodes_quiet(void)
+{
+	round_housekeeping();
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		if (node_connecting(node))
+			return false;
+		if (node->state == RL_CONN_READY &&
+			(node->owed_count > 0 || node->want_write))
+			return false;
+	}
+	return true;
+}
+
+bool
+rl_nodes_duplicates(void)
+{
+	for (int i = 0; i < rl_nnodes; i++)
+		if (server_same_as_other(&rl_nodes[i]))
+			return true;
+	return false;
+}
