@@ -114,19 +114,20 @@ batch_fail_dispatched(RlRequest *head, RlNode *node)
 	}
 }
 
-void
-rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundDone done, void *arg)
+/*
+ * Queue requests on every node, chained at the end of the batch, and write
+ * each node's share at once.  Returns the head of the chain.
+ */
+static RlRequest *
+batch_dispatch(RlRequest *head, RlRequest **reqs, int n)
 {
-	RlRequest  *head = NULL;
+	RlRequest **link = &head;
 	bool		was_idle[RL_MAX_NODES];
-	RlReady		ready[RL_MAX_READY];
-	bool		polled = false;
 
-	if (n <= 0)
-		return;
-	round_housekeeping();
+	while (*link != NULL)
+		link = &(*link)->batch_next;
 
-	/* the connections idle before the batch may be reconnected once */
+	/* the connections idle before may be reconnected once (node_lost) */
 	for (int i = 0; i < rl_nnodes; i++)
 		was_idle[i] = rl_nodes[i].state == RL_CONN_READY &&
 			rl_nodes[i].owed_count == 0;
@@ -141,10 +142,9 @@ rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundDone done, void *arg)
 		reqs[k]->batch_next = NULL;
 		reqs[k]->batch_retried = false;
 		round_dispatch_all(reqs[k], ++rl_round_id, false);
-		if (k > 0)
-			reqs[k - 1]->batch_next = reqs[k];
+		*link = reqs[k];
+		link = &reqs[k]->batch_next;
 	}
-	head = reqs[0];
 	for (int i = 0; i < rl_nnodes; i++)
 	{
 		RlNode	   *node = &rl_nodes[i];
@@ -155,6 +155,22 @@ rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundDone done, void *arg)
 		else if (node->state == RL_CONN_READY && node->want_write)
 			node_write(node, head);
 	}
+	return head;
+}
+
+void
+rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
+				   RlRoundDone done, void *arg)
+{
+	RlRequest  *head = NULL;
+	RlRequest  *more[RL_BATCH_INTAKE];
+	RlReady		ready[RL_MAX_READY];
+	bool		polled = false;
+
+	if (n <= 0)
+		return;
+	round_housekeeping();
+	head = batch_dispatch(NULL, reqs, n);
 
 	for (;;)
 	{
@@ -202,15 +218,23 @@ rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundDone done, void *arg)
 		timeout_ms = resolve_timeout_ms(timeout_ms);
 		if (wait_any_buffered_input())
 			timeout_ms = 0;
-		if (head->nothrow)
-			nready = wait_in_poll(timeout_ms, ready);
-		else
-			nready = wait_in_event_set(timeout_ms, ready);
+		nready = wait_in_event_set(timeout_ms, ready);
 		wait_handle_ready(head, ready, nready);
+
+		/* the latch: new requests join the batch */
+		if (rl_latch_fired && intake != NULL)
+		{
+			int			nmore;
+
+			rl_latch_fired = false;
+			nmore = intake(more, RL_BATCH_INTAKE, arg);
+			if (nmore > 0)
+				head = batch_dispatch(head, more, nmore);
+		}
 	}
 	round_flush();
 
-	/* new requests arrived during the batch: the caller looks again */
+	/* the latch was set during the batch: the caller looks again */
 	if (rl_latch_fired)
 	{
 		rl_latch_fired = false;

@@ -143,15 +143,19 @@ extern const char *rl_nodes_error_hint(const RlRequest *req,
  * dispatched, in order, one command after the other on each node's
  * connection (one write per node for all of them), and the replies go each
  * to its own request.  done is called for each request as soon as its goal
- * is met (or its nodes ran out of time), in no particular order; the call
- * returns when all are done.  A request is decided as if it had been run
- * alone: its own goal, its own deadline, node_timeout per node.  Never
- * raises for a node list naming one server twice (rl_nodes_duplicates
- * tells).  Raises nothing when every request is nothrow.
+ * is met (or its nodes ran out of time), in no particular order.  When the
+ * latch is set during the batch, intake (if not NULL) is asked for up to
+ * max more requests, which join the batch.  Returns when every request is
+ * done.  A request is decided as if it had been run alone: its own goal,
+ * its own deadline, node_timeout per node.  Never raises for a node list
+ * naming one server twice (rl_nodes_duplicates tells); waits in a
+ * WaitEventSet and serves interrupts, so it is for a worker only.
  */
+#define RL_BATCH_INTAKE		64
 typedef void (*RlRoundDone) (RlRequest *req, void *arg);
-extern void rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundDone done,
-							   void *arg);
+typedef int (*RlRoundIntake) (RlRequest **reqs, int max, void *arg);
+extern void rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
+							   RlRoundDone done, void *arg);
 
 /*
  * The tag of the oldest round some connection still owes a reply to, or
