@@ -36,6 +36,8 @@ OBJS = \
 	src/shared/restart_memory.o \
 	src/shared/health_memory.o \
 	src/shared/stats.o \
+	src/shared/shared_rounds.o \
+	src/shared/shared_rounds_backend.o \
 	src/lease/registry.o \
 	src/lease/lease_report.o \
 	src/lease/lease_handoff.o \
@@ -53,7 +55,8 @@ OBJS = \
 	src/sql/fence.o \
 	src/sql/fence_refuse.o \
 	src/workers/worker.o \
-	src/workers/wakeup.o
+	src/workers/wakeup.o \
+	src/workers/dispatcher.o
 DATA = sql/redlock--1.0.sql sql/redlock--1.0--1.1.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 

@@ -45,6 +45,7 @@ int			rl_keep_alive_limit_s = 3600;
 int			rl_restart_quarantine_ms = 60000;
 int			rl_stats_max_databases = 256;
 int			rl_stats_max_tables = 4096;
+bool		rl_shared_connections = true;
 
 static char *rl_nodes_setting = NULL;
 
@@ -547,6 +548,15 @@ rl_define_gucs(void)
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("redlock.shared_connections",
+							 "Runs lock calls of concurrent sessions on one connection per Redis node shared by the server's backends (a background worker).",
+							 "Needs redlock in shared_preload_libraries.  A session alone uses its own connections.",
+							 &rl_shared_connections,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("redlock");
 	rl_defining_gucs = false;

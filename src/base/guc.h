@@ -30,6 +30,7 @@ extern int	rl_keep_alive_limit_s;
 extern int	rl_restart_quarantine_ms;	/* 0: off */
 extern int	rl_stats_max_databases; /* only with shared_preload_libraries */
 extern int	rl_stats_max_tables;
+extern bool rl_shared_connections;	/* the dispatcher's connections */
 
 /* room for the reason rl_parse_node_list() gives for refusing a value */
 #define RL_NODES_ERRLEN			512

@@ -48,3 +48,18 @@ rl_wait_event_nodes(void)
 #endif
 }
 
+
+/* A backend waiting for a round the dispatcher worker runs for it. */
+uint32
+rl_wait_event_shared(void)
+{
+#if PG_VERSION_NUM >= 170000
+	static uint32 event = 0;
+
+	if (event == 0)
+		event = WaitEventExtensionNew("RedlockSharedRound");
+	return event;
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}

@@ -10,5 +10,6 @@
 
 extern uint32 rl_wait_event_lease(void);
 extern uint32 rl_wait_event_nodes(void);
+extern uint32 rl_wait_event_shared(void);
 
 #endif							/* REDLOCK_WAIT_EVENTS_H */

@@ -18,6 +18,7 @@
 #include "base/redlock.h"
 #include "shared/health_memory.h"
 #include "shared/restart_memory.h"
+#include "shared/shared_rounds.h"
 #include "shared/stats.h"
 #include "workers/worker.h"
 
@@ -41,6 +42,7 @@ _PG_init(void)
 	rl_lock_table_init();
 	rl_restart_memory_init();
 	rl_health_memory_init();
+	rl_shared_rounds_init();
 	rl_worker_register();
 	rl_lifecycle_init();
 }

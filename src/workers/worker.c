@@ -25,7 +25,7 @@
  * the whole server through crash recovery, which restarts the worker on a
  * fresh table: a crashed holder's lease still ends within one TTL.
  *
- * The wake-up worker is in wakeup.c.
+ * The wake-up worker is in wakeup.c, the dispatcher in dispatcher.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -71,6 +71,8 @@ rl_worker_register(void)
 				 "redlock keep-alive");
 	register_one("redlock_wakeup_main", "redlock wake-up worker",
 				 "redlock wake-up");
+	register_one("redlock_dispatcher_main", "redlock dispatcher",
+				 "redlock dispatcher");
 }
 
 static void
@@ -79,15 +81,22 @@ worker_exit(int code, Datum arg)
 	rl_lock_table_set_worker((RlWorkerRole) DatumGetInt32(arg), false);
 }
 
-/* Both workers: signals, no database, announced in the lock table. */
+/* Every worker: signals, no database. */
 void
-rl_worker_start(RlWorkerRole role)
+rl_worker_start_signals(void)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	/* no database: this only makes the worker visible in pg_stat_activity */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+}
+
+/* The keep-alive and wake-up workers: announced in the lock table too. */
+void
+rl_worker_start(RlWorkerRole role)
+{
+	rl_worker_start_signals();
 	before_shmem_exit(worker_exit, Int32GetDatum(role));
 	rl_lock_table_set_worker(role, true);
 }

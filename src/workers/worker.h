@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * worker.h
- *	  The background workers: keep-alive (worker.c) and wake-up (wakeup.c).
+ *	  The background workers: keep-alive (worker.c), wake-up (wakeup.c)
+ *	  and the dispatcher of the shared connections (dispatcher.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -12,7 +13,8 @@
 
 extern void rl_worker_register(void);
 
-/* shared by the two workers */
+/* shared by the workers */
+extern void rl_worker_start_signals(void);
 extern void rl_worker_start(RlWorkerRole role);
 extern void rl_worker_reload_config(void);
 extern bool rl_worker_nodes_configured(void);
@@ -20,5 +22,6 @@ extern void rl_worker_nodes_ready(void);
 
 PGDLLEXPORT void redlock_worker_main(Datum main_arg);
 PGDLLEXPORT void redlock_wakeup_main(Datum main_arg);
+PGDLLEXPORT void redlock_dispatcher_main(Datum main_arg);
 
 #endif							/* REDLOCK_WORKER_H */

@@ -1,0 +1,316 @@
+/*-------------------------------------------------------------------------
+ *
+ * shared_rounds.c
+ *	  The rounds of concurrent sessions run on one connection per Redis
+ *	  node, shared by the backends of the server: the dispatcher worker's
+ *	  (workers/dispatcher.c).
+ *
+ * Each backend of its own costs every node a read and a write per round;
+ * with many sessions the nodes spend their time on system calls.  The
+ * dispatcher instead writes the commands of every queued round to a node
+ * at once, and reads the replies in as few reads as they come
+ * (rl_nodes_run_batch).  A session alone gains nothing from the extra hop,
+ * so a backend uses the shared connections only while at least
+ * RL_SHARED_MIN_OTHERS other rounds are under way.
+ *
+ * The node layer asks this file's round hook before every round of the
+ * backend (rl_nodes_run waits for the result, rl_nodes_send does not).  A
+ * round handed over goes into one of the backend's slots in shared memory:
+ * the request itself, its arguments copied into the slot, so the worker
+ * runs it in place (shared memory is at the same address in every process)
+ * and its results land in the slot.  The slot's index goes into a ring
+ * under a spinlock and the dispatcher's latch is set; the worker sets the
+ * backend's latch once the round is decided.
+ *
+ * A slot is FREE, QUEUED (in the ring), RUNNING (taken by the worker) or
+ * DONE (results ready for the backend that waits).  Every change of state
+ * is a compare-and-exchange, after a write barrier for what it publishes:
+ * a round given up by its backend while still queued is withdrawn
+ * (QUEUED -> FREE), and the ring entries of withdrawn slots are skipped.
+ * A round the backend no longer waits for (an error, a cancel, a timeout
+ * while the worker runs it) is still completed by the worker; the slot is
+ * taken again only once DONE.  A dispatcher that starts fails the rounds
+ * its predecessor left RUNNING.
+ *
+ * Commands of one backend must reach each node in the order it sent them
+ * (a release pipelined ahead of a lock, a lock ahead of its withdrawal):
+ * so a backend does not go back and forth between its own connections and
+ * the shared ones.  It moves onto the shared ones only when its own owe
+ * nothing (rl_nodes_quiet), and back only when every round it handed over
+ * is done and answered by every node: its tag is below the oldest round
+ * the worker's connections still owe a reply to, which the worker
+ * publishes before it completes a round.
+ *
+ * A round is handed over only if the dispatcher is ready on the same
+ * settings as this backend (rl_nodes_settings_fingerprint: a database or
+ * role may set other nodes), the node list names no server twice (the
+ * backend's own round raises RL004 for it), and it fits a slot; probes,
+ * no-reply commands and status replies (palloc'd text) stay on the
+ * backend's own connections.  Nothing of the backend's waits without a
+ * bound: a dispatcher that exits, or stops answering, fails the round on
+ * every node instead.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+
+#include "shared/shared_rounds_internal.h"
+
+RlSharedRounds *rl_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static Size
+shared_size(void)
+{
+	Size		nslots = mul_size(rl_shared_procs(), RL_SHARED_SLOTS_PER_BACKEND);
+
+	return add_size(add_size(offsetof(RlSharedRounds, slots),
+							 mul_size(nslots, sizeof(RlSharedSlot))),
+					mul_size(nslots, sizeof(int)));
+}
+
+static void
+shared_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(shared_size());
+}
+
+static void
+shared_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	rl_shared = ShmemInitStruct("redlock shared rounds", shared_size(), &found);
+	if (!found)
+	{
+		memset(rl_shared, 0, shared_size());
+		SpinLockInit(&rl_shared->mutex);
+		rl_shared->nslots = rl_shared_procs() * RL_SHARED_SLOTS_PER_BACKEND;
+		rl_shared->dispatcher_procno = -1;
+		pg_atomic_init_u32(&rl_shared->ready, 0);
+		pg_atomic_init_u32(&rl_shared->duplicates, 0);
+		pg_atomic_init_u64(&rl_shared->fingerprint, 0);
+		pg_atomic_init_u64(&rl_shared->oldest_owed, PG_UINT64_MAX);
+		pg_atomic_init_u32(&rl_shared->rounds_in_flight, 0);
+		pg_atomic_init_u64(&rl_shared->shared_rounds, 0);
+		pg_atomic_init_u64(&rl_shared->own_rounds, 0);
+		for (int i = 0; i < rl_shared->nslots; i++)
+			pg_atomic_init_u32(&rl_shared->slots[i].state, RL_SLOT_FREE);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* _PG_init, when preloaded: the slots in shared memory */
+void
+rl_shared_shmem_init(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = shared_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = shared_shmem_startup;
+}
+
+/* ---------------------------------------------------------------- both */
+
+/* The round failed on every node it was to ask, with detail. */
+void
+rl_shared_fail_request(RlRequest *req, int nnodes, const char *detail)
+{
+	RlVote		votes[RL_MAX_NODES];
+
+	req->nnodes = Min(Max(nnodes, 0), RL_MAX_NODES);
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		RlNodeResult *res = &req->results[i];
+
+		memset(res, 0, sizeof(RlNodeResult));
+		res->vote = RL_VOTE_FAILED;
+		res->outcome = req->skip[i] ? RL_OUTCOME_NONE : RL_OUTCOME_OTHER;
+		strlcpy(res->detail, req->skip[i] ? "not asked" : detail,
+				sizeof(res->detail));
+		votes[i] = res->vote;
+	}
+	req->tally = rl_tally(votes, req->nnodes);
+	req->decision = rl_decide(req->nnodes, req->tally);
+}
+
+static RlSharedSlot *
+slot_of(RlRequest *req)
+{
+	return (RlSharedSlot *) ((char *) req - offsetof(RlSharedSlot, req));
+}
+
+/*
+ * from -> DONE, or FREE when nobody waits for it; sets the owner's latch.
+ * The results are written before (the barrier).
+ */
+static void
+slot_finish(RlSharedSlot *s, uint32 from)
+{
+	uint32		expected = from;
+	bool		wait = s->wait;
+	int			owner = s->owner;
+
+	pg_write_barrier();
+	if (pg_atomic_compare_exchange_u32(&s->state, &expected,
+									   wait ? RL_SLOT_DONE : RL_SLOT_FREE) &&
+		wait && owner >= 0 && owner < rl_shared_procs())
+		SetLatch(rl_shared_latch_of(owner));
+}
+
+/* -------------------------------------------------------------- worker */
+
+static void
+shared_detach(int code, Datum arg)
+{
+	SpinLockAcquire(&rl_shared->mutex);
+	rl_shared->dispatcher_procno = -1;
+	rl_shared->dispatcher_pid = 0;
+	SpinLockRelease(&rl_shared->mutex);
+	pg_atomic_write_u32(&rl_shared->ready, 0);
+}
+
+/*
+ * The dispatcher starts: its latch is the one backends set; the rounds a
+ * predecessor took and never finished fail.  False without the shared
+ * memory (not preloaded).
+ */
+bool
+rl_shared_attach(void)
+{
+	if (rl_shared == NULL)
+		return false;
+	pg_atomic_write_u32(&rl_shared->ready, 0);
+	before_shmem_exit(shared_detach, (Datum) 0);
+	SpinLockAcquire(&rl_shared->mutex);
+	rl_shared->dispatcher_procno = rl_shared_my_procno();
+	rl_shared->dispatcher_pid = MyProcPid;
+	SpinLockRelease(&rl_shared->mutex);
+
+	for (int i = 0; i < rl_shared->nslots; i++)
+	{
+		RlSharedSlot *s = &rl_shared->slots[i];
+
+		if (pg_atomic_read_u32(&s->state) != RL_SLOT_RUNNING)
+			continue;
+		pg_read_barrier();
+		rl_shared_fail_request(&s->req, s->nnodes,
+					 "the dispatcher worker exited before answering");
+		s->req.tag = 0;
+		slot_finish(s, RL_SLOT_RUNNING);
+	}
+	return true;
+}
+
+void
+rl_shared_publish(bool ready, uint64_t fingerprint, bool duplicates)
+{
+	if (rl_shared == NULL)
+		return;
+	if (!ready)
+	{
+		pg_atomic_write_u32(&rl_shared->ready, 0);
+		return;
+	}
+	pg_atomic_write_u64(&rl_shared->fingerprint, fingerprint);
+	pg_atomic_write_u32(&rl_shared->duplicates, duplicates ? 1 : 0);
+	pg_write_barrier();
+	pg_atomic_write_u32(&rl_shared->ready, 1);
+}
+
+void
+rl_shared_publish_oldest_owed(uint64_t oldest)
+{
+	if (rl_shared != NULL)
+		pg_atomic_write_u64(&rl_shared->oldest_owed, oldest);
+}
+
+/*
+ * Take up to max queued rounds, in the order queued, marked RUNNING.  A
+ * round queued for other settings than the worker's fails at once.
+ */
+int
+rl_shared_take(RlRequest **reqs, int max, uint64_t fingerprint)
+{
+	int			idx[RL_BATCH_INTAKE];
+	int			n;
+	int			out = 0;
+
+	if (rl_shared == NULL)
+		return 0;
+	max = Min(max, RL_BATCH_INTAKE);
+	SpinLockAcquire(&rl_shared->mutex);
+	n = Min(rl_shared->count, max);
+	for (int k = 0; k < n; k++)
+	{
+		idx[k] = rl_shared_ring()[rl_shared->head];
+		rl_shared->head = (rl_shared->head + 1) % rl_shared->nslots;
+	}
+	rl_shared->count -= n;
+	SpinLockRelease(&rl_shared->mutex);
+
+	for (int k = 0; k < n; k++)
+	{
+		RlSharedSlot *s;
+		uint32		expected = RL_SLOT_QUEUED;
+
+		if (idx[k] < 0 || idx[k] >= rl_shared->nslots)
+			continue;
+		s = &rl_shared->slots[idx[k]];
+		/* withdrawn by its backend, or already taken: skipped */
+		if (!pg_atomic_compare_exchange_u32(&s->state, &expected,
+											RL_SLOT_RUNNING))
+			continue;
+		pg_read_barrier();
+		if (s->fingerprint != fingerprint)
+		{
+			rl_shared_fail_request(&s->req, s->nnodes,
+						 "the dispatcher worker's node settings changed before the round ran");
+			s->req.tag = 0;
+			slot_finish(s, RL_SLOT_RUNNING);
+			continue;
+		}
+		s->req.argv = s->argv;
+		s->req.argvlen = s->argvlen;
+		reqs[out++] = &s->req;
+	}
+	return out;
+}
+
+/* The round is decided: back to its backend. */
+void
+rl_shared_complete(RlRequest *req)
+{
+	slot_finish(slot_of(req), RL_SLOT_RUNNING);
+}
+
+/*
+ * Rounds run on the shared connections and on the backends' own since the
+ * server started; false without the shared memory.
+ */
+bool
+rl_shared_rounds_counts(uint64_t *shared_count, uint64_t *own_count)
+{
+	if (rl_shared == NULL)
+	{
+		*shared_count = *own_count = 0;
+		return false;
+	}
+	*shared_count = pg_atomic_read_u64(&rl_shared->shared_rounds);
+	*own_count = pg_atomic_read_u64(&rl_shared->own_rounds);
+	return true;
+}
+

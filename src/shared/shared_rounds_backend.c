@@ -1,0 +1,491 @@
+/*-------------------------------------------------------------------------
+ *
+ * shared_rounds_backend.c
+ *	  The backends' side of the rounds run by the dispatcher worker: the
+ *	  round hook, which hands a round over or leaves it to the backend's own
+ *	  connections (see shared_rounds.c for the design).
+ *
+ * A backend is in one of two modes, kept as long as it can so that its
+ * commands reach each node in the order sent: its own connections, or the
+ * shared ones.  It counts itself in rounds_in_flight for each round, and
+ * takes the shared connections only while RL_SHARED_MIN_OTHERS other
+ * rounds are under way, the round can go there, and its own connections
+ * owe nothing; it comes back once every round it handed over is done and
+ * answered everywhere.  A round that cannot go through the dispatcher
+ * while the backend is in shared mode waits for that (up to node_timeout),
+ * then runs on the backend's own connections anyway.
+ *
+ * Every wait here is bounded and wakes on the latch; interrupts are served
+ * unless the round is a no-throw one (commit, abort, exit).  A wake-up
+ * that was not the dispatcher's (a lease released for a waiter) is set
+ * again for the caller.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+
+#include "base/guc.h"
+#include "base/wait_events.h"
+#include "shared/shared_rounds_internal.h"
+
+static bool shared_mode = false;	/* its rounds go to the dispatcher */
+static bool counted = false;	/* its round is in rounds_in_flight */
+static bool exit_registered = false;
+static int	next_slot = 0;		/* round robin over its slots */
+static uint32 wait_event = 0;	/* known once asked outside no-throw */
+
+static void
+uncount(void)
+{
+	if (counted)
+	{
+		pg_atomic_fetch_sub_u32(&rl_shared->rounds_in_flight, 1);
+		counted = false;
+	}
+}
+
+static void
+backend_exit(int code, Datum arg)
+{
+	uncount();
+}
+
+static uint32
+shared_wait_event(bool nothrow)
+{
+	if (wait_event == 0 && !nothrow)
+		wait_event = rl_wait_event_shared();
+	return wait_event != 0 ? wait_event : PG_WAIT_EXTENSION;
+}
+
+/* Worst time of a round, from its start: two attempts at every node. */
+static int64_t
+round_bound_us(int64_t start_us)
+{
+	return start_us +
+		(int64_t) 2 * (rl_connect_timeout_ms + rl_node_timeout_ms) * 1000;
+}
+
+static bool
+dispatcher_alive(void)
+{
+	int			procno;
+
+	SpinLockAcquire(&rl_shared->mutex);
+	procno = rl_shared->dispatcher_procno;
+	SpinLockRelease(&rl_shared->mutex);
+	return procno >= 0;
+}
+
+/*
+ * Sleep on the latch up to timeout_ms (at least 1); returns true when the
+ * latch was set.  Interrupts are served unless nothrow.
+ */
+static bool
+nap(long timeout_ms, bool nothrow)
+{
+	int			rc;
+
+	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+				   Max(timeout_ms, 1), shared_wait_event(nothrow));
+	ResetLatch(MyLatch);
+	if (!nothrow)
+		CHECK_FOR_INTERRUPTS();
+	return (rc & WL_LATCH_SET) != 0;
+}
+
+/* The request can go through a slot. */
+static bool
+request_fits(const RlRequest *req)
+{
+	size_t		bytes = 0;
+
+	if (req->probe || req->no_reply || req->reply_kind == RL_REPLY_STATUS)
+		return false;
+	if (req->argc < 1 || req->argc > RL_SHARED_MAX_ARGS || req->argv == NULL)
+		return false;
+	if (req->reply_kind == RL_REPLY_FLAGS &&
+		(req->nitems < 1 || req->nitems > RL_MAX_ITEMS))
+		return false;
+	for (int i = 0; i < req->argc; i++)
+	{
+		if (req->argvlen[i] > RL_SHARED_ARGS_BYTES - bytes)
+			return false;
+		bytes += req->argvlen[i];
+	}
+	return true;
+}
+
+/* The dispatcher can run this backend's rounds now. */
+static bool
+dispatcher_usable(void)
+{
+	if (!rl_shared_connections || rl_nodes_count() <= 0 ||
+		rl_nodes_config_changed())
+		return false;
+	if (pg_atomic_read_u32(&rl_shared->ready) == 0)
+		return false;
+	pg_read_barrier();
+	return pg_atomic_read_u32(&rl_shared->duplicates) == 0 &&
+		pg_atomic_read_u64(&rl_shared->fingerprint) ==
+		rl_nodes_settings_fingerprint();
+}
+
+/*
+ * Every round this backend handed over is done, and answered by (or
+ * failed on) every node: its tag is below the oldest the worker's
+ * connections still owe (published before the round was completed).
+ */
+static bool
+my_slots_settled(void)
+{
+	RlSharedSlot *mine = &rl_shared->slots[rl_shared_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
+	uint64_t	oldest;
+
+	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
+	{
+		uint32		state = pg_atomic_read_u32(&mine[k].state);
+
+		if (state == RL_SLOT_QUEUED || state == RL_SLOT_RUNNING)
+			return false;
+	}
+	pg_read_barrier();
+	oldest = pg_atomic_read_u64(&rl_shared->oldest_owed);
+	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
+		if (mine[k].req.tag >= oldest)
+			return false;
+	return true;
+}
+
+/* Wait until my_slots_settled, up to node_timeout; *woken: the latch was set. */
+static void
+wait_settled(bool nothrow, bool *woken)
+{
+	int64_t		deadline = rl_now_us() + (int64_t) rl_node_timeout_ms * 1000;
+
+	while (!my_slots_settled() && rl_now_us() < deadline)
+		if (nap(1, nothrow))
+			*woken = true;
+}
+
+/*
+ * A slot of this backend to fill: FREE, or DONE (left by a round given
+ * up).  When all are busy, wait for the next in turn, within the time of a
+ * round; NULL if none came free.
+ */
+static RlSharedSlot *
+my_free_slot(bool nothrow, bool *woken)
+{
+	RlSharedSlot *mine = &rl_shared->slots[rl_shared_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
+	int64_t		deadline = round_bound_us(rl_now_us());
+	RlSharedSlot *s;
+
+	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
+	{
+		int			i = (next_slot + k) % RL_SHARED_SLOTS_PER_BACKEND;
+		uint32		state = pg_atomic_read_u32(&mine[i].state);
+
+		if (state == RL_SLOT_FREE || state == RL_SLOT_DONE)
+		{
+			next_slot = (i + 1) % RL_SHARED_SLOTS_PER_BACKEND;
+			return &mine[i];
+		}
+	}
+	s = &mine[next_slot];
+	for (;;)
+	{
+		uint32		state = pg_atomic_read_u32(&s->state);
+
+		if (state == RL_SLOT_FREE || state == RL_SLOT_DONE)
+			break;
+		if (rl_now_us() >= deadline)
+			return NULL;
+		if (nap(1, nothrow))
+			*woken = true;
+	}
+	next_slot = (next_slot + 1) % RL_SHARED_SLOTS_PER_BACKEND;
+	return s;
+}
+
+/* Copy the request's input into the slot (request_fits said it fits). */
+static void
+fill_slot(RlSharedSlot *s, const RlRequest *req, bool wait)
+{
+	RlRequest  *r = &s->req;
+	size_t		used = 0;
+
+	s->owner = rl_shared_my_procno();
+	s->wait = wait;
+	s->nnodes = rl_nodes_count();
+	s->fingerprint = rl_nodes_settings_fingerprint();
+
+	memset(r, 0, sizeof(RlRequest));
+	r->reply_kind = req->reply_kind;
+	r->goal = req->goal;
+	r->argc = req->argc;
+	memcpy(r->skip, req->skip, sizeof(r->skip));
+	r->must_deliver = req->must_deliver;
+	r->nothrow = req->nothrow;
+	r->deadline_us = req->deadline_us;
+	r->nitems = req->nitems;
+	r->static_script = req->static_script;
+	for (int i = 0; i < req->argc; i++)
+	{
+		if (req->argvlen[i] > 0)
+			memcpy(s->bytes + used, req->argv[i], req->argvlen[i]);
+		s->argv[i] = s->bytes + used;
+		s->argvlen[i] = req->argvlen[i];
+		used += req->argvlen[i];
+	}
+	r->argv = s->argv;
+	r->argvlen = s->argvlen;
+}
+
+/*
+ * Queue the filled slot and wake the dispatcher.  False when there is no
+ * dispatcher or no room in the ring: the slot is FREE again.
+ */
+static bool
+queue_slot(RlSharedSlot *s)
+{
+	int			procno;
+	bool		queued = false;
+	uint32		expected = RL_SLOT_QUEUED;
+
+	pg_write_barrier();			/* the request before its state */
+	pg_atomic_write_u32(&s->state, RL_SLOT_QUEUED);
+	SpinLockAcquire(&rl_shared->mutex);
+	procno = rl_shared->dispatcher_procno;
+	if (procno >= 0 && rl_shared->count < rl_shared->nslots)
+	{
+		rl_shared_ring()[(rl_shared->head + rl_shared->count) % rl_shared->nslots] =
+			(int) (s - rl_shared->slots);
+		rl_shared->count++;
+		queued = true;
+	}
+	SpinLockRelease(&rl_shared->mutex);
+
+	/*
+	 * Not queued: withdrawn, unless the worker took it already through an
+	 * entry of the ring left by an earlier round given up while queued (it
+	 * runs what we just filled in).
+	 */
+	if (!queued &&
+		pg_atomic_compare_exchange_u32(&s->state, &expected, RL_SLOT_FREE))
+		return false;
+	if (procno >= 0)
+		SetLatch(rl_shared_latch_of(procno));
+	return true;
+}
+
+/*
+ * The round was handed over and is not done: give it up.  A queued one is
+ * withdrawn; a running one is left to a live dispatcher (which completes
+ * it), or taken back when no dispatcher runs (under the mutex: a new one
+ * that starts fails it, or takes it, only once it has announced itself).
+ * Returns true if it finished after all (the results are in the slot).
+ */
+static bool
+give_up(RlSharedSlot *s)
+{
+	uint32		expected = RL_SLOT_QUEUED;
+	bool		done;
+
+	if (pg_atomic_compare_exchange_u32(&s->state, &expected, RL_SLOT_FREE))
+		return false;
+	if (expected != RL_SLOT_RUNNING)
+		return expected == RL_SLOT_DONE;
+	SpinLockAcquire(&rl_shared->mutex);
+	if (rl_shared->dispatcher_procno < 0)
+		(void) pg_atomic_compare_exchange_u32(&s->state, &expected,
+											  RL_SLOT_FREE);
+	else
+		expected = pg_atomic_read_u32(&s->state);
+	SpinLockRelease(&rl_shared->mutex);
+	done = expected == RL_SLOT_DONE;
+	return done;
+}
+
+/*
+ * Wait for the queued round's results, into req.  Bounded: the round's own
+ * time (its deadline, or two attempts at every node) and a second more
+ * while the dispatcher lives; node_timeout once it is gone.
+ */
+static void
+await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
+{
+	int64_t		start = rl_now_us();
+	int64_t		cap = Max(req->deadline_us, round_bound_us(start)) + 1000000;
+	int64_t		gone_until = 0;
+	bool		done = false;
+	const char *why = NULL;
+
+	for (;;)
+	{
+		int64_t		now;
+
+		if (pg_atomic_read_u32(&s->state) == RL_SLOT_DONE)
+		{
+			done = true;
+			break;
+		}
+		now = rl_now_us();
+		if (!dispatcher_alive())
+		{
+			if (gone_until == 0)
+				gone_until = now + (int64_t) rl_node_timeout_ms * 1000;
+			if (now >= gone_until)
+			{
+				why = "the dispatcher worker exited before answering";
+				done = give_up(s);
+				break;
+			}
+		}
+		else
+			gone_until = 0;
+		if (now >= cap)
+		{
+			why = "the dispatcher worker did not answer in time";
+			done = give_up(s);
+			break;
+		}
+		if (nap((long) Min((cap - now + 999) / 1000, 100), req->nothrow) &&
+			pg_atomic_read_u32(&s->state) != RL_SLOT_DONE)
+			*woken = true;
+	}
+
+	if (!done)
+	{
+		rl_shared_fail_request(req, rl_nodes_count(), why);
+		req->tag = 0;
+		return;
+	}
+	pg_read_barrier();
+	req->tag = s->req.tag;
+	req->nnodes = Min(Max(s->req.nnodes, 0), RL_MAX_NODES);
+	memcpy(req->results, s->req.results, sizeof(RlNodeResult) * req->nnodes);
+	for (int i = 0; i < req->nnodes; i++)
+		req->results[i].reply_text = NULL;
+	req->tally = s->req.tally;
+	req->decision = s->req.decision;
+	pg_write_barrier();
+	pg_atomic_write_u32(&s->state, RL_SLOT_FREE);
+}
+
+/* Hand the round to the dispatcher; false: it runs on our own connections. */
+static bool
+run_shared(RlRequest *req, bool wait)
+{
+	bool		woken = false;
+	RlSharedSlot *s;
+
+	s = my_free_slot(req->nothrow, &woken);
+	if (s != NULL)
+	{
+		fill_slot(s, req, wait);
+		if (!queue_slot(s))
+			s = NULL;
+		else if (wait)
+			await_slot(s, req, &woken);
+	}
+	/* a wake-up that was not ours is for our caller (a lease waiter) */
+	if (woken)
+		SetLatch(MyLatch);
+	return s != NULL;
+}
+
+/*
+ * The round hook: is this round for the dispatcher?  Decides the backend's
+ * mode (its own connections or the shared ones) and keeps it as long as
+ * it can; see the file header.
+ */
+static bool
+shared_run_elsewhere(RlRequest *req, bool wait)
+{
+	uint32		others;
+	bool		eligible;
+
+#ifdef EXEC_BACKEND
+	/* the slots' pointers need shared memory at one address everywhere */
+	return false;
+#endif
+	if (rl_shared == NULL || MyBackendType != B_BACKEND)
+		return false;
+	if (!exit_registered)
+	{
+		if (req->nothrow)
+			return false;		/* commit, abort or exit: nothing to set up */
+		before_shmem_exit(backend_exit, (Datum) 0);
+		exit_registered = true;
+	}
+
+	/* a round ended by an error is still counted: not twice */
+	if (counted)
+	{
+		others = pg_atomic_read_u32(&rl_shared->rounds_in_flight);
+		others = others > 0 ? others - 1 : 0;
+	}
+	else
+	{
+		others = pg_atomic_fetch_add_u32(&rl_shared->rounds_in_flight, 1);
+		counted = true;
+	}
+
+	eligible = request_fits(req) && dispatcher_usable();
+	if (!shared_mode)
+	{
+		if (eligible && others >= RL_SHARED_MIN_OTHERS && rl_nodes_quiet())
+			shared_mode = true;
+	}
+	else if (!eligible || others < RL_SHARED_MIN_OTHERS)
+	{
+		if (my_slots_settled())
+			shared_mode = false;
+		else if (!eligible)
+		{
+			bool		woken = false;
+
+			wait_settled(req->nothrow, &woken);
+			if (woken)
+				SetLatch(MyLatch);
+			shared_mode = false;
+		}
+	}
+
+	if (shared_mode && eligible && run_shared(req, wait))
+	{
+		pg_atomic_fetch_add_u64(&rl_shared->shared_rounds, 1);
+		uncount();
+		return true;
+	}
+	pg_atomic_fetch_add_u64(&rl_shared->own_rounds, 1);
+	return false;				/* own_done uncounts */
+}
+
+static void
+shared_own_done(void)
+{
+	if (rl_shared != NULL)
+		uncount();
+}
+
+static const RlRoundHook shared_round_hook = {
+	.run_elsewhere = shared_run_elsewhere,
+	.own_done = shared_own_done
+};
+
+/*
+ * _PG_init: the slots in shared memory when preloaded; the round hook in
+ * every process (it declines where there are no slots).
+ */
+void
+rl_shared_rounds_init(void)
+{
+	rl_nodes_set_round_hook(&shared_round_hook);
+	if (process_shared_preload_libraries_in_progress)
+		rl_shared_shmem_init();
+}

@@ -1,0 +1,105 @@
+/*-------------------------------------------------------------------------
+ *
+ * shared_rounds_internal.h
+ *	  The slots of the rounds run by the dispatcher worker, in shared memory:
+ *	  for shared_rounds.c (the memory, the worker's side) and
+ *	  shared_rounds_backend.c (the backends' side, the round hook).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDLOCK_SHARED_ROUNDS_INTERNAL_H
+#define REDLOCK_SHARED_ROUNDS_INTERNAL_H
+
+#include "access/twophase.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/proc.h"
+#include "storage/spin.h"
+
+#include "shared/shared_rounds.h"
+
+/*
+ * A slot's state.  Every change is a compare-and-exchange (or, for the
+ * backend's own FREE/DONE slot, a write after a barrier).
+ */
+typedef enum RlSlotState
+{
+	RL_SLOT_FREE,
+	RL_SLOT_QUEUED,
+	RL_SLOT_RUNNING,
+	RL_SLOT_DONE
+} RlSlotState;
+
+typedef struct RlSharedSlot
+{
+	pg_atomic_uint32 state;		/* RlSlotState */
+	int			owner;			/* procno of the backend that queued it */
+	bool		wait;			/* the backend waits for the result */
+	int			nnodes;			/* the backend's node count */
+	uint64_t	fingerprint;	/* the backend's settings */
+	RlRequest	req;			/* run in place by the worker */
+	const char *argv[RL_SHARED_MAX_ARGS];
+	size_t		argvlen[RL_SHARED_MAX_ARGS];
+	char		bytes[RL_SHARED_ARGS_BYTES];
+} RlSharedSlot;
+
+typedef struct RlSharedRounds
+{
+	slock_t		mutex;			/* the ring, the dispatcher's procno */
+	int			nslots;
+	int			head;			/* next slot index to take */
+	int			count;			/* indices in the ring */
+	int			dispatcher_procno;	/* -1: none */
+	int			dispatcher_pid;
+	pg_atomic_uint32 ready;
+	pg_atomic_uint32 duplicates;
+	pg_atomic_uint64 fingerprint;
+	pg_atomic_uint64 oldest_owed;
+	pg_atomic_uint32 rounds_in_flight;	/* backends' rounds under way */
+	pg_atomic_uint64 shared_rounds;
+	pg_atomic_uint64 own_rounds;
+	RlSharedSlot slots[FLEXIBLE_ARRAY_MEMBER];
+	/* then the ring: nslots ints */
+} RlSharedRounds;
+
+extern RlSharedRounds *rl_shared;	/* NULL: not preloaded */
+
+/* As PostgreSQL counts its PGPROCs (ProcGlobal->allProcCount). */
+static inline int
+rl_shared_procs(void)
+{
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+}
+
+static inline int
+rl_shared_my_procno(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return MyProcNumber;
+#else
+	return MyProc->pgprocno;
+#endif
+}
+
+static inline Latch *
+rl_shared_latch_of(int procno)
+{
+#if PG_VERSION_NUM >= 170000
+	return &GetPGProcByNumber(procno)->procLatch;
+#else
+	return &ProcGlobal->allProcs[procno].procLatch;
+#endif
+}
+
+/* the ring of queued slot indices, after the slots */
+static inline int *
+rl_shared_ring(void)
+{
+	return (int *) &rl_shared->slots[rl_shared->nslots];
+}
+
+extern void rl_shared_shmem_init(void);
+extern void rl_shared_fail_request(RlRequest *req, int nnodes,
+								   const char *detail);
+
+#endif							/* REDLOCK_SHARED_ROUNDS_INTERNAL_H */
