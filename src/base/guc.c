@@ -45,9 +45,24 @@ int			rl_keep_alive_limit_s = 3600;
 int			rl_restart_quarantine_ms = 60000;
 int			rl_stats_max_databases = 256;
 int			rl_stats_max_tables = 4096;
-bool		rl_shared_connections = true;
+int			rl_shared_connections = RL_SHARED_AUTO;
 
 static char *rl_nodes_setting = NULL;
+
+/* on, true, yes and 1 are auto: the setting began as a boolean */
+static const struct config_enum_entry rl_shared_connections_options[] = {
+	{"auto", RL_SHARED_AUTO, false},
+	{"always", RL_SHARED_ALWAYS, false},
+	{"off", RL_SHARED_OFF, false},
+	{"on", RL_SHARED_AUTO, true},
+	{"true", RL_SHARED_AUTO, true},
+	{"yes", RL_SHARED_AUTO, true},
+	{"1", RL_SHARED_AUTO, true},
+	{"false", RL_SHARED_OFF, true},
+	{"no", RL_SHARED_OFF, true},
+	{"0", RL_SHARED_OFF, true},
+	{NULL, 0, false}
+};
 
 /* Our own GUC records, found once when they are defined */
 static struct config_generic *rl_nodes_gconf = NULL;
@@ -549,11 +564,12 @@ rl_define_gucs(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
-	DefineCustomBoolVariable("redlock.shared_connections",
+	DefineCustomEnumVariable("redlock.shared_connections",
 							 "Runs lock calls of concurrent sessions on one connection per Redis node shared by the server's backends (a background worker).",
-							 "Needs redlock in shared_preload_libraries.  A session alone uses its own connections.",
+							 "auto: while other sessions' calls are under way; always: every call that can (for tests); off: never.  Needs redlock in shared_preload_libraries.",
 							 &rl_shared_connections,
-							 true,
+							 RL_SHARED_AUTO,
+							 rl_shared_connections_options,
 							 PGC_SIGHUP,
 							 0,
 							 NULL, NULL, NULL);

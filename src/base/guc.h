@@ -30,7 +30,15 @@ extern int	rl_keep_alive_limit_s;
 extern int	rl_restart_quarantine_ms;	/* 0: off */
 extern int	rl_stats_max_databases; /* only with shared_preload_libraries */
 extern int	rl_stats_max_tables;
-extern bool rl_shared_connections;	/* the dispatcher's connections */
+extern int	rl_shared_connections;	/* RlSharedMode */
+
+/* redlock.shared_connections: when rounds go to the dispatcher worker */
+typedef enum RlSharedMode
+{
+	RL_SHARED_OFF,
+	RL_SHARED_AUTO,				/* while others' rounds are under way */
+	RL_SHARED_ALWAYS			/* every round that can */
+} RlSharedMode;
 
 /* room for the reason rl_parse_node_list() gives for refusing a value */
 #define RL_NODES_ERRLEN			512

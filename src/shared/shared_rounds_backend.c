@@ -124,7 +124,7 @@ request_fits(const RlRequest *req)
 static bool
 dispatcher_usable(void)
 {
-	if (!rl_shared_connections || rl_nodes_count() <= 0 ||
+	if (rl_shared_connections == RL_SHARED_OFF || rl_nodes_count() <= 0 ||
 		rl_nodes_config_changed())
 		return false;
 	if (pg_atomic_read_u32(&rl_shared->ready) == 0)
@@ -407,6 +407,7 @@ static bool
 shared_run_elsewhere(RlRequest *req, bool wait)
 {
 	uint32		others;
+	bool		busy;
 	bool		eligible;
 
 #ifdef EXEC_BACKEND
@@ -436,12 +437,14 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 	}
 
 	eligible = request_fits(req) && dispatcher_usable();
+	busy = others >= RL_SHARED_MIN_OTHERS ||
+		rl_shared_connections == RL_SHARED_ALWAYS;
 	if (!shared_mode)
 	{
-		if (eligible && others >= RL_SHARED_MIN_OTHERS && rl_nodes_quiet())
+		if (eligible && busy && rl_nodes_quiet())
 			shared_mode = true;
 	}
-	else if (!eligible || others < RL_SHARED_MIN_OTHERS)
+	else if (!eligible || !busy)
 	{
 		if (my_slots_settled())
 			shared_mode = false;
