@@ -54,6 +54,7 @@ OBJS = \
 	src/sql/holder.o \
 	src/sql/fence.o \
 	src/sql/fence_refuse.o \
+	src/sql/dispatcher_view.o \
 	src/workers/worker.o \
 	src/workers/wakeup.o \
 	src/workers/dispatcher.o

@@ -128,6 +128,26 @@ CREATE VIEW redlock_stats_info AS
 -- a harmless read, public like the other statistics views
 GRANT SELECT ON redlock_stats_info TO PUBLIC;
 
+-- How many lock calls' rounds ran on the dispatcher worker's connections,
+-- one per Redis node shared by the server's backends, and how many on the
+-- backends' own (redlock.shared_connections; needs redlock in
+-- shared_preload_libraries), since the server started.
+CREATE FUNCTION redlock_dispatcher(
+    OUT rounds_shared bigint,
+    OUT rounds_own bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'redlock_dispatcher'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE VIEW redlock_dispatcher AS
+    SELECT (SELECT a.pid FROM pg_catalog.pg_stat_activity a
+             WHERE a.backend_type = 'redlock dispatcher') AS pid,
+           d.rounds_shared, d.rounds_own
+      FROM redlock_dispatcher() d;
+
+-- counters only, public like the statistics views
+GRANT SELECT ON redlock_dispatcher TO PUBLIC;
+
 -- The lock functions gain wait_ms (a wait limit of the call's own, since
 -- lock_timeout also governs table and row locks) and keep_alive (the
 -- keep-alive worker extends the lease while the backend lives; needs

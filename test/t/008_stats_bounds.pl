@@ -218,6 +218,7 @@ SQL
 $pg->safe_psql('postgres', 'CREATE DATABASE fresh');
 $pg->safe_psql('fresh', 'CREATE EXTENSION redlock');
 is($pg->safe_psql('fresh', $grants), <<'EXPECTED' =~ s/\n\z//r,
+function redlock_dispatcher(): PUBLIC EXECUTE
 function redlock_extend(text,integer): redlock_user EXECUTE
 function redlock_fence(): PUBLIC EXECUTE
 function redlock_holder(text): pg_monitor EXECUTE, redlock_user EXECUTE
@@ -236,6 +237,7 @@ function redlock_try_xact_lock(text,integer,boolean): redlock_user EXECUTE
 function redlock_unlock(text): redlock_user EXECUTE
 function redlock_unlock_all(): redlock_user EXECUTE
 function redlock_xact_lock(text,integer,integer,boolean): redlock_user EXECUTE
+view redlock_dispatcher: PUBLIC SELECT
 view redlock_leases: PUBLIC SELECT
 view redlock_locks: pg_monitor SELECT, redlock_user SELECT
 view redlock_nodes: pg_monitor SELECT, redlock_user SELECT
