@@ -141,6 +141,7 @@ $s->query("SET statement_timeout = '500ms'");
 $s->query("SELECT redlock_lock('stuck', 30000)");
 like($s->{stderr}, qr/canceling statement due to statement timeout/,
 	'statement_timeout ends a call waiting for the dispatcher');
+$s->{stderr} = '';
 $s->query_safe('RESET statement_timeout');
 $_->resume for @redis[0 .. 2];
 my $tok = $s->query_safe("SELECT redlock_lock('stuck', 30000)");
