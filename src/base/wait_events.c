@@ -4,9 +4,10 @@
  *	  The wait events redlock reports in pg_stat_activity.
  *
  * PostgreSQL 17 and later register named extension wait events, so a
- * backend waiting for a lease shows as RedlockLease and one waiting for the
- * Redis nodes as RedlockNodes.  Before 17, both are the generic
- * "Extension" event.  Registering takes a lock in shared memory, so this is
+ * backend waiting for a lease shows as RedlockLease, one waiting for the
+ * Redis nodes as RedlockNodes, and one waiting for a round that the
+ * dispatcher worker runs for it as RedlockSharedRound.  Before 17, all are
+ * the generic "Extension" event.  Registering takes a lock in shared memory, so this is
  * never called on the no-throw paths.
  *
  *-------------------------------------------------------------------------

@@ -10,11 +10,14 @@
  * dispatcher instead writes the commands of every queued round to a node
  * at once, and reads the replies in as few reads as they come
  * (rl_nodes_run_batch).  A session alone gains nothing from the extra hop,
- * so a backend uses the shared connections only while at least
- * RL_SHARED_MIN_OTHERS other rounds are under way.
+ * so with redlock.shared_connections = auto (the default) a backend uses
+ * the shared connections only while at least RL_SHARED_MIN_OTHERS other
+ * rounds are under way; always uses them for every round that can, off
+ * never.
  *
- * The node layer asks this file's round hook before every round of the
- * backend (rl_nodes_run waits for the result, rl_nodes_send does not).  A
+ * The node layer asks a round hook (shared_rounds_backend.c) before every
+ * round of the backend (rl_nodes_run waits for the result, rl_nodes_send
+ * does not).  A
  * round handed over goes into one of the backend's slots in shared memory:
  * the request itself, its arguments copied into the slot, so the worker
  * runs it in place (shared memory is at the same address in every process)
@@ -49,6 +52,11 @@
  * backend's own connections.  Nothing of the backend's waits without a
  * bound: a dispatcher that exits, or stops answering, fails the round on
  * every node instead.
+ *
+ * The slots take RL_SHARED_SLOTS_PER_BACKEND per PGPROC, about 12 kB each
+ * (most of it the request's results): some 6 MB for max_connections = 100.
+ * This file keeps the memory and the worker's side; the backends' side is
+ * in shared_rounds_backend.c.
  *
  *-------------------------------------------------------------------------
  */

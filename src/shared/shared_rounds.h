@@ -16,7 +16,7 @@
 #define RL_SHARED_SLOTS_PER_BACKEND	4
 /* largest request a slot takes (arguments, and their bytes) */
 #define RL_SHARED_MAX_ARGS			64
-#define RL_SHARED_ARGS_BYTES		8192
+#define RL_SHARED_ARGS_BYTES		4096
 /* a backend moves onto the shared connections with this many others busy */
 #define RL_SHARED_MIN_OTHERS		2
 

@@ -459,11 +459,16 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 		}
 	}
 
-	if (shared_mode && eligible && run_shared(req, wait))
+	if (shared_mode && eligible)
 	{
-		pg_atomic_fetch_add_u64(&rl_shared->shared_rounds, 1);
-		uncount();
-		return true;
+		if (run_shared(req, wait))
+		{
+			pg_atomic_fetch_add_u64(&rl_shared->shared_rounds, 1);
+			uncount();
+			return true;
+		}
+		/* no slot came free, or no dispatcher: back only once quiet */
+		shared_mode = false;
 	}
 	pg_atomic_fetch_add_u64(&rl_shared->own_rounds, 1);
 	return false;				/* own_done uncounts */
