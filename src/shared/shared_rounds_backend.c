@@ -436,12 +436,19 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 		counted = true;
 	}
 
-	eligible = request_fits(req) && dispatcher_usable();
 	busy = others >= RL_SHARED_MIN_OTHERS ||
 		rl_shared_connections == RL_SHARED_ALWAYS;
+	if (!shared_mode && !busy)
+	{
+		/* a session alone: nothing more to look at */
+		pg_atomic_fetch_add_u64(&rl_shared->own_rounds, 1);
+		return false;
+	}
+
+	eligible = request_fits(req) && dispatcher_usable();
 	if (!shared_mode)
 	{
-		if (eligible && busy && rl_nodes_quiet())
+		if (eligible && rl_nodes_quiet())
 			shared_mode = true;
 	}
 	else if (!eligible || !busy)
