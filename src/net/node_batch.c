@@ -71,25 +71,6 @@ batch_settle(RlRequest *head, RlRoundDone done, void *arg)
 	return head;
 }
 
-/* Fail the pending nodes of the requests whose time is up. */
-static void
-batch_overdue(RlRequest *head, int64_t now)
-{
-	for (RlRequest *r = head; r != NULL; r = r->batch_next)
-	{
-		bool		round_over = r->deadline_us != 0 && now >= r->deadline_us;
-
-		for (int i = 0; i < r->nnodes; i++)
-		{
-			RlNode	   *node = &rl_nodes[i];
-
-			if (r->results[i].vote == RL_VOTE_PENDING &&
-				(round_over || now >= round_node_deadline(node)))
-				round_node_overdue(node, r, now, round_over);
-		}
-	}
-}
-
 /*
  * The node failed while the batch was queued: the requests queued on it
  * before that get its failure (the one it failed under, and the ones
@@ -164,7 +145,6 @@ rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
 {
 	RlRequest  *head = NULL;
 	RlRequest  *more[RL_BATCH_INTAKE];
-	RlReady		ready[RL_MAX_READY];
 	bool		polled = false;
 
 	if (n <= 0)
@@ -174,52 +154,10 @@ rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
 
 	for (;;)
 	{
-		int64_t		now;
-		int64_t		next_deadline = INT64_MAX;
-		bool		overdue = false;
-		long		timeout_ms;
-		int			nready;
-
 		head = batch_settle(head, done, arg);
 		if (head == NULL)
 			break;
-
-		now = rl_now_us();
-		for (RlRequest *r = head; r != NULL; r = r->batch_next)
-		{
-			bool		round_over = r->deadline_us != 0 && now >= r->deadline_us;
-
-			if (r->deadline_us != 0)
-				next_deadline = Min(next_deadline, r->deadline_us);
-			for (int i = 0; i < r->nnodes; i++)
-			{
-				int64_t		deadline;
-
-				if (r->results[i].vote != RL_VOTE_PENDING)
-					continue;
-				deadline = round_node_deadline(&rl_nodes[i]);
-				if (now >= deadline || round_over)
-					overdue = true;
-				else
-					next_deadline = Min(next_deadline, deadline);
-			}
-		}
-
-		/* as round_wait: look once without waiting before judging */
-		if (overdue && polled)
-		{
-			batch_overdue(head, now);
-			polled = false;
-			continue;
-		}
-		polled = overdue;
-
-		timeout_ms = overdue ? 0 : (long) ((next_deadline - now + 999) / 1000);
-		timeout_ms = resolve_timeout_ms(timeout_ms);
-		if (wait_any_buffered_input())
-			timeout_ms = 0;
-		nready = wait_in_event_set(timeout_ms, ready);
-		wait_handle_ready(head, ready, nready);
+		round_wait_step(head, &polled, false);
 
 		/* the latch: new requests join the batch */
 		if (rl_latch_fired && intake != NULL)

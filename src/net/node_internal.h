@@ -284,6 +284,7 @@ extern bool round_finished(RlRequest *req);
 extern int64_t round_node_deadline(const RlNode *node);
 extern void round_node_overdue(RlNode *node, RlRequest *req, int64_t now,
 							   bool round_deadline);
+extern void round_wait_step(RlRequest *req, bool *polled, bool use_poll);
 extern void round_flush(void);
 
 /* node_batch.c: many requests at once (its functions are in nodes.h) */

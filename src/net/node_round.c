@@ -269,35 +269,36 @@ round_node_overdue(RlNode *node, RlRequest *req, int64_t now,
 				 rl_node_timeout_ms);
 }
 
-static void
-round_wait(RlRequest *req)
+/*
+ * One step of the wait of the requests chained from req (one round, or the
+ * undecided requests of a batch): fail the pending nodes whose time is up,
+ * or wait for the sockets until the next node is due.  A node is late only
+ * if its answer is not already waiting in the socket: a backend kept off
+ * the CPU past a deadline must not fail nodes that did answer.  So a step
+ * that finds one due looks once without waiting (*polled), and the next
+ * judges.
+ */
+void
+round_wait_step(RlRequest *req, bool *polled, bool use_poll)
 {
 	RlReady		ready[RL_MAX_READY];
-	bool		polled = false;
+	int64_t		now = rl_now_us();
+	int64_t		next_deadline = INT64_MAX;
+	bool		overdue = false;
+	long		timeout_ms;
+	int			nready;
 
-	for (;;)
+	for (RlRequest *r = req; r != NULL; r = r->batch_next)
 	{
-		int64_t		now;
-		int64_t		next_deadline = INT64_MAX;
-		bool		overdue = false;
-		bool		round_over = false;
-		long		timeout_ms;
-		int			nready;
+		bool		round_over = r->deadline_us != 0 && now >= r->deadline_us;
 
-		if (round_finished(req))
-			return;
-
-		now = rl_now_us();
-		if (req->deadline_us != 0)
-		{
-			round_over = now >= req->deadline_us;
-			next_deadline = req->deadline_us;
-		}
-		for (int i = 0; i < req->nnodes; i++)
+		if (r->deadline_us != 0)
+			next_deadline = Min(next_deadline, r->deadline_us);
+		for (int i = 0; i < r->nnodes; i++)
 		{
 			int64_t		deadline;
 
-			if (req->results[i].vote != RL_VOTE_PENDING)
+			if (r->results[i].vote != RL_VOTE_PENDING)
 				continue;
 			deadline = round_node_deadline(&rl_nodes[i]);
 			if (now >= deadline || round_over)
@@ -305,37 +306,46 @@ round_wait(RlRequest *req)
 			else
 				next_deadline = Min(next_deadline, deadline);
 		}
+	}
 
-		/*
-		 * A node is late only if its answer is not already waiting in the
-		 * socket: a backend kept off the CPU past a deadline must not fail
-		 * nodes that did answer.  So look once without waiting, then judge.
-		 */
-		if (overdue && polled)
+	if (overdue && *polled)
+	{
+		for (RlRequest *r = req; r != NULL; r = r->batch_next)
 		{
-			for (int i = 0; i < req->nnodes; i++)
+			bool		round_over = r->deadline_us != 0 && now >= r->deadline_us;
+
+			for (int i = 0; i < r->nnodes; i++)
 			{
 				RlNode	   *node = &rl_nodes[i];
 
-				if (req->results[i].vote == RL_VOTE_PENDING &&
+				if (r->results[i].vote == RL_VOTE_PENDING &&
 					(round_over || now >= round_node_deadline(node)))
-					round_node_overdue(node, req, now, round_over);
+					round_node_overdue(node, r, now, round_over);
 			}
-			polled = false;
-			continue;
 		}
-		polled = overdue;
-
-		timeout_ms = overdue ? 0 : (long) ((next_deadline - now + 999) / 1000);
-		timeout_ms = resolve_timeout_ms(timeout_ms);
-		if (wait_any_buffered_input())
-			timeout_ms = 0;
-		if (req->nothrow)
-			nready = wait_in_poll(timeout_ms, ready);
-		else
-			nready = wait_in_event_set(timeout_ms, ready);
-		wait_handle_ready(req, ready, nready);
+		*polled = false;
+		return;
 	}
+	*polled = overdue;
+
+	timeout_ms = overdue ? 0 : (long) ((next_deadline - now + 999) / 1000);
+	timeout_ms = resolve_timeout_ms(timeout_ms);
+	if (wait_any_buffered_input())
+		timeout_ms = 0;
+	if (use_poll)
+		nready = wait_in_poll(timeout_ms, ready);
+	else
+		nready = wait_in_event_set(timeout_ms, ready);
+	wait_handle_ready(req, ready, nready);
+}
+
+static void
+round_wait(RlRequest *req)
+{
+	bool		polled = false;
+
+	while (!round_finished(req))
+		round_wait_step(req, &polled, req->nothrow);
 }
 
 /*
@@ -420,6 +430,7 @@ run_own(RlRequest *req)
 	/* lock rounds refuse a node list that names one server twice */
 	bool		refuse = !req->nothrow && !req->must_deliver && !req->probe;
 
+	req->batch_next = NULL;		/* a round of its own */
 	round_housekeeping();
 	if (refuse)
 		server_refuse_duplicates();
@@ -548,6 +559,7 @@ rl_nodes_send(RlRequest *req)
 			return;
 		round_hook->own_done(); /* nothing below waits or raises */
 	}
+	req->batch_next = NULL;
 	round_housekeeping();
 	round_dispatch_all(req, RL_TAG_DISCARD, true);
 	round_flush();
