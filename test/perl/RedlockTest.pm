@@ -258,12 +258,13 @@ sub run_in
 	return ($out // '', $err // '');
 }
 
-# a background session of $pg that lives long: the TAP framework's timeout
-# applies to each query, not to the whole session
+# a background session of $pg (on database $db, default postgres) that
+# lives long: the TAP framework's timeout applies to each query, not to the
+# whole session
 sub long_session
 {
-	my ($pg) = @_;
-	my $s = $pg->background_psql('postgres', on_error_stop => 0);
+	my ($pg, $db) = @_;
+	my $s = $pg->background_psql($db // 'postgres', on_error_stop => 0);
 	$s->set_query_timer_restart();
 	return $s;
 }

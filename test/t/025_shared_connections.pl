@@ -14,6 +14,19 @@
 #   work and the abandoned attempt leaves no key; a node killed does not
 #   stop the calls; the dispatcher terminated: calls go on (their own
 #   connections) and go through it again once it is back.
+# - auto, the load going up and down (pgbench with 1, 8, 2, then 8
+#   sessions on the same resources, one more session running all along):
+#   sessions move between their own connections and the shared ones, and
+#   still no key is left and no uncontended call is refused.
+# - always, and a database whose redlock.nodes differs from the server's
+#   (the same nodes in another order, three of them): its sessions keep
+#   their own connections, and their calls are granted.
+# - always, the dispatcher stopped (SIGSTOP): a call handed to it fails
+#   after a bounded wait, its DETAIL naming the dispatcher, long before
+#   statement_timeout; once it runs again the calls go through it and no
+#   key is left.
+# - always, a release of more leases than a slot holds (unlock_all of 40):
+#   it runs on the session's own connections and releases them all.
 use strict;
 use warnings FATAL => 'all';
 
@@ -21,6 +34,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedlockTest;
 use Test::More;
+use Time::HiRes qw(time);
+use IPC::Run;
 
 my @redis = redis_nodes(5);
 my $pg = redlock_cluster('shared', nodes => \@redis, preload => 1,
@@ -36,6 +51,38 @@ sub rounds
 	my $r = $pg->safe_psql('postgres',
 		'SELECT rounds_shared, rounds_own FROM redlock_dispatcher');
 	return split /\|/, $r;
+}
+
+# the checks of the grants table (filled by t_lock and t_unlock below)
+sub check_grants
+{
+	my ($what) = @_;
+	my $q = sub { $pg->safe_psql('postgres', $_[0]) };
+	cmp_ok($q->("SELECT count(*) FROM grants WHERE resource = 'hot' AND token IS NOT NULL"),
+		'>', 0, "${what}the hot resource was granted");
+	cmp_ok($q->("SELECT count(*) FROM grants WHERE resource LIKE 'own:%'"),
+		'>', 0, "${what}the sessions' own resources were asked for");
+	is($q->("SELECT count(*) FROM grants WHERE resource LIKE 'own:%' AND token IS NULL"),
+		'0', "${what}no call on a resource nobody else wanted was refused");
+	is($q->("SELECT count(*) FROM grants WHERE token IS NOT NULL AND released IS NULL"),
+		'0', "${what}every lease granted was released by its holder");
+
+	# every lease as an interval: from the return of the call that granted it
+	# to the end of the validity its holder was told, or its release if sooner.
+	# In token order, per resource, each holder's interval starts after the
+	# previous one's ended, and a later grant has a greater token.
+	is($q->(q{
+	SELECT count(*) FROM (
+	  SELECT resource, token, granted,
+	         lag(least(valid_until, released)) OVER w AS prev_end,
+	         lag(granted) OVER w AS prev_granted
+	    FROM grants WHERE token IS NOT NULL
+	  WINDOW w AS (PARTITION BY resource ORDER BY token)) x
+	 WHERE granted < prev_end OR granted <= prev_granted}),
+		'0', "${what}no two holders of one resource overlapped, tokens grew with the grants");
+	is($q->('SELECT count(*) - count(DISTINCT (resource, token)) FROM grants WHERE token IS NOT NULL'),
+		'0', "${what}no token was given twice for one resource");
+	ok(no_keys('*', @redis), "${what}no lock key is left on any node");
 }
 
 # --- auto: a session alone keeps its own connections
@@ -81,45 +128,62 @@ BEGIN
     END LOOP;
 END $$;
 });
-($sh0, $own0) = rounds();
-$pg->pgbench('-n -c 8 -j 2 -T 4', 0, [qr/processed: [1-9]/], [qr/^$/],
-	'8 sessions lock and unlock for 4 s',
-	{ '025_cycle' => q{
+my $cycle = q{
 \set hot random(0, 1)
 SELECT t_lock(:client_id, :hot);
 SELECT t_unlock(:client_id);
-} });
+};
+($sh0, $own0) = rounds();
+$pg->pgbench('-n -c 8 -j 2 -T 4', 0, [qr/processed: [1-9]/], [qr/^$/],
+	'8 sessions lock and unlock for 4 s',
+	{ '025_cycle' => $cycle });
 ($sh1, $own1) = rounds();
 cmp_ok($sh1 - $sh0, '>', 0,
 	'under concurrency calls went through the dispatcher (' . ($sh1 - $sh0)
 	  . ' shared rounds, ' . ($own1 - $own0) . ' own)');
 
 my $q = sub { $pg->safe_psql('postgres', $_[0]) };
-cmp_ok($q->("SELECT count(*) FROM grants WHERE resource = 'hot' AND token IS NOT NULL"),
-	'>', 0, 'the hot resource was granted');
-cmp_ok($q->("SELECT count(*) FROM grants WHERE resource LIKE 'own:%'"),
-	'>', 0, 'the sessions\' own resources were asked for');
-is($q->("SELECT count(*) FROM grants WHERE resource LIKE 'own:%' AND token IS NULL"),
-	'0', 'no call on a resource nobody else wanted was refused');
-is($q->("SELECT count(*) FROM grants WHERE token IS NOT NULL AND released IS NULL"),
-	'0', 'every lease granted was released by its holder');
+check_grants('');
 
-# every lease as an interval: from the return of the call that granted it
-# to the end of the validity its holder was told, or its release if sooner.
-# In token order, per resource, each holder's interval starts after the
-# previous one's ended, and a later grant has a greater token.
-is($q->(q{
-SELECT count(*) FROM (
-  SELECT resource, token, granted,
-         lag(least(valid_until, released)) OVER w AS prev_end,
-         lag(granted) OVER w AS prev_granted
-    FROM grants WHERE token IS NOT NULL
-  WINDOW w AS (PARTITION BY resource ORDER BY token)) x
- WHERE granted < prev_end OR granted <= prev_granted}),
-	'0', 'no two holders of one resource overlapped, tokens grew with the grants');
-is($q->('SELECT count(*) - count(DISTINCT (resource, token)) FROM grants WHERE token IS NOT NULL'),
-	'0', 'no token was given twice for one resource');
-ok(no_keys('*', @redis), 'no lock key is left on any node');
+# --- auto, the load going up and down on the same resources: pgbench with
+# 1, 8, 2, then 8 sessions, and one more session (client 100) cycling all
+# along; the sessions move between their own connections and the shared
+# ones as the rounds under way come and go, and a session must not leave
+# a command behind on one path while the next goes by the other
+$q->('TRUNCATE grants');
+my $along_sql = $pg->basedir . '/025_along.sql';
+append_to_file($along_sql, q{
+\set hot random(0, 1)
+SELECT t_lock(100, :hot);
+SELECT t_unlock(100);
+});
+my ($along_out, $along_err) = ('', '');
+my $along = IPC::Run::start(
+	[ 'pgbench', '-n', '-c', '1', '-T', '16', '-f', $along_sql,
+		'-h', $pg->host, '-p', $pg->port, 'postgres' ],
+	'<', \'', '>', \$along_out, '2>', \$along_err,
+	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+my $run = 0;
+for my $c (1, 8, 2, 8)
+{
+	$run++;
+	($sh0, $own0) = rounds();
+	$pg->pgbench("-n -c $c -j " . ($c > 1 ? 2 : 1) . ' -T 3', 0,
+		[qr/processed: [1-9]/], [qr/^$/],
+		"$c session(s) lock and unlock for 3 s beside the one all along",
+		{ "025_load_$run" => $cycle });
+	($sh1, $own1) = rounds();
+	note "$c + 1 sessions: " . ($sh1 - $sh0) . ' shared rounds, '
+	  . ($own1 - $own0) . ' own';
+	cmp_ok($sh1 - $sh0, '>', 0, "with 8 + 1 sessions, calls went through the dispatcher")
+	  if $c == 8;
+}
+ok($along->finish, 'the session all along ran to its end (exit status 0)')
+  or diag $along_err;
+like($along_out, qr/processed: [1-9]/, 'and made calls');
+cmp_ok($q->('SELECT count(*) FROM grants WHERE client = 100'), '>', 0,
+	'its grants are in the table');
+check_grants('load going up and down: ');
 
 # --- always: every eligible call of a session goes through the dispatcher
 $pg->append_conf('postgresql.conf', "redlock.shared_connections = always\n");
@@ -177,6 +241,91 @@ ok(wait_for(sub {
 	my ($b) = rounds();
 	$b > $a;
 }), 'calls go through it again');
+
+# --- a session whose node settings are not the server's keeps its own
+# connections (the dispatcher's would ask other nodes, or the same ones
+# under other indexes): a database that lists the same nodes in reverse
+# order, and one that lists three of them
+for my $d ([ 'reordered', node_list(reverse @redis) ],
+	[ 'three', node_list(@redis[ 0 .. 2 ]) ])
+{
+	my ($db, $nodes) = @$d;
+	$q->("CREATE DATABASE $db");
+	$q->("ALTER DATABASE $db SET redlock.nodes = '$nodes'");
+	$pg->safe_psql($db, 'CREATE EXTENSION redlock');
+	my $o = long_session($pg, $db);
+	is($o->query_safe('SHOW redlock.nodes'), $nodes,
+		"a session of database $db has its own node list");
+	($sh0, $own0) = rounds();
+	my $granted = 0;
+	for my $i (1 .. 10)
+	{
+		my ($tok) = run_in($o, "SELECT redlock_lock('$db', 30000)");
+		$granted++ if $tok =~ /^\d+$/;
+		run_in($o, "SELECT redlock_unlock('$db')");
+	}
+	($sh1, $own1) = rounds();
+	is($granted, 10, "with always, every call of a session of $db is granted");
+	is($sh1 - $sh0, 0, 'and none went through the dispatcher');
+	cmp_ok($own1 - $own0, '>=', 20, 'they ran on its own connections');
+	$o->quit;
+	ok(no_keys($db, @redis), "the calls of $db left no key");
+}
+
+# --- the dispatcher stopped: a call handed to it waits for the time of
+# two attempts at every node and a second (with the session's timeouts
+# here, 2 * (200 ms + 200 ms) + 1 s), then fails on every node with a
+# detail naming the dispatcher.  statement_timeout, far beyond that bound
+# (and short of the bound with the server's node_timeout of 10 s), must
+# not be what ends it.
+$s->query_safe("SET redlock.node_timeout = '200ms'");
+$s->query_safe("SET redlock.connect_timeout = '200ms'");
+$s->query_safe("SET statement_timeout = '10s'");
+my $disp = worker_pid($pg, 'dispatcher');
+kill 'STOP', $disp;
+my $t0 = time;
+my ($out, $err) = run_in($s, "SELECT redlock_lock('stopped', 30000)");
+my $took = time - $t0;
+kill 'CONT', $disp;
+like($err,
+	qr/could not acquire lease on "stopped": fewer than a majority of Redis nodes could answer.*DETAIL:.*the dispatcher worker did not answer in time/s,
+	sprintf('a call handed to the stopped dispatcher fails, naming it (after %.1f s)', $took));
+$s->query_safe('RESET statement_timeout');
+$s->query_safe('RESET redlock.node_timeout');
+$s->query_safe('RESET redlock.connect_timeout');
+($sh0, $own0) = rounds();
+for my $i (1 .. 3)
+{
+	$tok = $s->query_safe("SELECT redlock_lock('stopped', 30000)");
+	like($tok, qr/^\d+$/, "call $i once the dispatcher runs again is granted");
+	$s->query_safe("SELECT redlock_unlock('stopped')");
+}
+($sh1, $own1) = rounds();
+cmp_ok($sh1 - $sh0, '>=', 6, 'and went through it');
+ok(no_keys('stopped', @redis), 'neither the failed call nor the next ones left a key');
+
+# --- a release of more leases than a slot holds (40 in one command):
+# redlock_unlock_all runs it on the session's own connections
+for my $i (1 .. 40)
+{
+	$s->query_safe("SELECT redlock_lock('many:$i', 60000)");
+}
+is($s->query_safe("SELECT count(*) FROM redlock_leases WHERE resource LIKE 'many:%'"),
+	'40', 'the session holds 40 leases');
+($sh0, $own0) = rounds();
+$s->query_safe('SELECT redlock_unlock_all()');
+($sh1, $own1) = rounds();
+cmp_ok($own1 - $own0, '>=', 1, 'redlock_unlock_all of 40 leases ran on the session\'s own connections');
+is($s->query_safe('SELECT count(*) FROM redlock_leases'), '0', 'the session holds none');
+ok(no_keys('many:*', @redis), 'every one of the 40 was released on every node');
+ok(wait_for(sub {
+	my ($a) = rounds();
+	$s->query_safe("SELECT redlock_lock('many:1', 30000)");
+	$s->query_safe("SELECT redlock_unlock('many:1')");
+	my ($b) = rounds();
+	$b > $a;
+}), 'the session\'s calls go through the dispatcher again');
+
 ok(no_keys('*', @redis), 'no lock key is left on any node');
 
 $s->quit;
