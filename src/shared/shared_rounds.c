@@ -208,12 +208,21 @@ rl_shared_attach(void)
 	rl_shared->dispatcher_pid = MyProcPid;
 	SpinLockRelease(&rl_shared->mutex);
 
+	/*
+	 * The predecessor's connections are closed: every round it sent is
+	 * answered or failed, and its tags (a count of its own) mean nothing to
+	 * this worker's.
+	 */
+	pg_atomic_write_u64(&rl_shared->oldest_owed, PG_UINT64_MAX);
 	for (int i = 0; i < rl_shared->nslots; i++)
 	{
 		RlSharedSlot *s = &rl_shared->slots[i];
 
 		if (pg_atomic_read_u32(&s->state) != RL_SLOT_RUNNING)
+		{
+			s->req.tag = 0;
 			continue;
+		}
 		pg_read_barrier();
 		rl_shared_fail_request(&s->req, s->nnodes,
 					 "the dispatcher worker exited before answering");

@@ -474,7 +474,17 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 			uncount();
 			return true;
 		}
-		/* no slot came free, or no dispatcher: back only once quiet */
+		/*
+		 * No slot came free, or no dispatcher: back to our own connections,
+		 * once what we handed over is answered (bounded, as a switch).
+		 */
+		{
+			bool		woken = false;
+
+			wait_settled(req->nothrow, &woken);
+			if (woken)
+				SetLatch(MyLatch);
+		}
 		shared_mode = false;
 	}
 	pg_atomic_fetch_add_u64(&rl_shared->own_rounds, 1);
