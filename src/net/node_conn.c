@@ -27,6 +27,19 @@
 
 static uint64_t rl_applied_generation = 0;
 
+/* FNV-1a of text, then of the byte end: a step of the fingerprints below */
+static uint64_t
+hash_text(uint64_t hash, const char *text, char end)
+{
+	for (const unsigned char *c = (const unsigned char *) (text ? text : ""); *c; c++)
+	{
+		hash ^= *c;
+		hash *= UINT64CONST(1099511628211);
+	}
+	hash ^= (unsigned char) end;
+	return hash * UINT64CONST(1099511628211);
+}
+
 /*
  * Which nodes this backend talks to, as a number: the same for every
  * backend that applied the same node list (FNV-1a over the nodes' names).
@@ -37,28 +50,8 @@ rl_nodes_fingerprint(void)
 	uint64_t	hash = UINT64CONST(14695981039346656037);
 
 	for (int i = 0; i < rl_nnodes; i++)
-	{
-		for (const unsigned char *c = (const unsigned char *) rl_nodes[i].name; *c; c++)
-		{
-			hash ^= *c;
-			hash *= UINT64CONST(1099511628211);
-		}
-		hash ^= ',';
-		hash *= UINT64CONST(1099511628211);
-	}
+		hash = hash_text(hash, rl_nodes[i].name, ',');
 	return hash;
-}
-
-static uint64_t
-hash_text(uint64_t hash, const char *text)
-{
-	for (const unsigned char *c = (const unsigned char *) (text ? text : ""); *c; c++)
-	{
-		hash ^= *c;
-		hash *= UINT64CONST(1099511628211);
-	}
-	hash ^= '\n';
-	return hash * UINT64CONST(1099511628211);
 }
 
 /*
@@ -76,18 +69,18 @@ rl_nodes_settings_fingerprint(void)
 		for (int i = 0; i < rl_node_list->count; i++)
 		{
 			snprintf(port, sizeof(port), "%d", rl_node_list->nodes[i].port);
-			hash = hash_text(hash, rl_node_list->nodes[i].host);
-			hash = hash_text(hash, port);
+			hash = hash_text(hash, rl_node_list->nodes[i].host, '\n');
+			hash = hash_text(hash, port, '\n');
 		}
 	}
 	snprintf(port, sizeof(port), "%d", rl_tls_mode);
-	hash = hash_text(hash, port);
-	hash = hash_text(hash, rl_username);
-	hash = hash_text(hash, rl_password);
-	hash = hash_text(hash, rl_tls_ca_file);
-	hash = hash_text(hash, rl_tls_cert_file);
-	hash = hash_text(hash, rl_tls_key_file);
-	hash = hash_text(hash, rl_dns_servers);
+	hash = hash_text(hash, port, '\n');
+	hash = hash_text(hash, rl_username, '\n');
+	hash = hash_text(hash, rl_password, '\n');
+	hash = hash_text(hash, rl_tls_ca_file, '\n');
+	hash = hash_text(hash, rl_tls_cert_file, '\n');
+	hash = hash_text(hash, rl_tls_key_file, '\n');
+	hash = hash_text(hash, rl_dns_servers, '\n');
 	return hash;
 }
 

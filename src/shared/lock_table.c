@@ -124,16 +124,6 @@ rl_lock_table_enabled(void)
 	return rl_table != NULL;
 }
 
-int
-rl_my_procno(void)
-{
-#if PG_VERSION_NUM >= 170000
-	return MyProcNumber;
-#else
-	return MyProc->pgprocno;
-#endif
-}
-
 /*
  * This process's node list, as a number for the slots: the same for every
  * list of the same nodes, in any order (sums of FNV-1a hashes of the
@@ -158,16 +148,6 @@ rl_lock_table_nodes(void)
 		sum += hash;
 	}
 	return sum;
-}
-
-Latch *
-rl_latch_of(int procno)
-{
-#if PG_VERSION_NUM >= 170000
-	return &GetPGProcByNumber(procno)->procLatch;
-#else
-	return &ProcGlobal->allProcs[procno].procLatch;
-#endif
 }
 
 /* The slot's backend waits: the wake-up worker listens for its key. */

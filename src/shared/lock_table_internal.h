@@ -19,6 +19,7 @@
 #include "utils/timestamp.h"
 
 #include "shared/lock_table.h"
+#include "shared/procs.h"
 #include "protocol/protocol.h"
 
 /* A waiting slot's offer to have the lease handed over at release
@@ -126,8 +127,6 @@ typedef struct RlLockTable
 
 extern RlLockTable *rl_table;
 
-extern int	rl_my_procno(void);
-extern Latch *rl_latch_of(int procno);
 extern int	rl_first_waiter(const char *key, int skip);
 extern int	rl_first_waiter_on(const char *key, uint64_t nodes, int skip);
 extern void rl_remote_end_collecting(RlSlot *s);

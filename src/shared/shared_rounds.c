@@ -176,7 +176,7 @@ slot_finish(RlSharedSlot *s, uint32 from)
 	if (pg_atomic_compare_exchange_u32(&s->state, &expected,
 									   wait ? RL_SLOT_DONE : RL_SLOT_FREE) &&
 		wait && owner >= 0 && owner < rl_shared_procs())
-		SetLatch(rl_shared_latch_of(owner));
+		SetLatch(rl_latch_of(owner));
 }
 
 /* -------------------------------------------------------------- worker */
@@ -204,7 +204,7 @@ rl_shared_attach(void)
 	pg_atomic_write_u32(&rl_shared->ready, 0);
 	before_shmem_exit(shared_detach, (Datum) 0);
 	SpinLockAcquire(&rl_shared->mutex);
-	rl_shared->dispatcher_procno = rl_shared_my_procno();
+	rl_shared->dispatcher_procno = rl_my_procno();
 	rl_shared->dispatcher_pid = MyProcPid;
 	SpinLockRelease(&rl_shared->mutex);
 

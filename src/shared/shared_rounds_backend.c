@@ -143,7 +143,7 @@ dispatcher_usable(void)
 static bool
 my_slots_settled(void)
 {
-	RlSharedSlot *mine = &rl_shared->slots[rl_shared_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
+	RlSharedSlot *mine = &rl_shared->slots[rl_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
 	uint64_t	oldest;
 
 	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
@@ -180,7 +180,7 @@ wait_settled(bool nothrow, bool *woken)
 static RlSharedSlot *
 my_free_slot(bool nothrow, bool *woken)
 {
-	RlSharedSlot *mine = &rl_shared->slots[rl_shared_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
+	RlSharedSlot *mine = &rl_shared->slots[rl_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
 	int64_t		deadline = round_bound_us(rl_now_us());
 	RlSharedSlot *s;
 
@@ -218,7 +218,7 @@ fill_slot(RlSharedSlot *s, const RlRequest *req, bool wait)
 	RlRequest  *r = &s->req;
 	size_t		used = 0;
 
-	s->owner = rl_shared_my_procno();
+	s->owner = rl_my_procno();
 	s->wait = wait;
 	s->nnodes = rl_nodes_count();
 	s->fingerprint = rl_nodes_settings_fingerprint();
@@ -278,7 +278,7 @@ queue_slot(RlSharedSlot *s)
 		pg_atomic_compare_exchange_u32(&s->state, &expected, RL_SLOT_FREE))
 		return false;
 	if (procno >= 0)
-		SetLatch(rl_shared_latch_of(procno));
+		SetLatch(rl_latch_of(procno));
 	return true;
 }
 

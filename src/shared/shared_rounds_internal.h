@@ -16,6 +16,7 @@
 #include "storage/proc.h"
 #include "storage/spin.h"
 
+#include "shared/procs.h"
 #include "shared/shared_rounds.h"
 
 /*
@@ -69,26 +70,6 @@ static inline int
 rl_shared_procs(void)
 {
 	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
-}
-
-static inline int
-rl_shared_my_procno(void)
-{
-#if PG_VERSION_NUM >= 170000
-	return MyProcNumber;
-#else
-	return MyProc->pgprocno;
-#endif
-}
-
-static inline Latch *
-rl_shared_latch_of(int procno)
-{
-#if PG_VERSION_NUM >= 170000
-	return &GetPGProcByNumber(procno)->procLatch;
-#else
-	return &ProcGlobal->allProcs[procno].procLatch;
-#endif
 }
 
 /* the ring of queued slot indices, after the slots */
