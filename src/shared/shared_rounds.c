@@ -277,6 +277,7 @@ rl_shared_take(RlRequest **reqs, int max, uint64_t fingerprint)
 		rl_shared->head = (rl_shared->head + 1) % rl_shared->nslots;
 	}
 	rl_shared->count -= n;
+	rl_shared->taken += n;
 	SpinLockRelease(&rl_shared->mutex);
 
 	for (int k = 0; k < n; k++)

@@ -38,6 +38,14 @@ static bool exit_registered = false;
 static int	next_slot = 0;		/* round robin over its slots */
 static uint32 wait_event = 0;	/* known once asked outside no-throw */
 
+/* taking rounds back from a dispatcher that does not take them: reclaim() */
+static bool resending = false;	/* sending rounds taken back: own ones */
+static bool bypass = false;		/* took rounds back: own connections until
+								 * the worker takes past last_entry */
+static uint64 last_entry = 0;	/* the ring's number of our last entry */
+static uint64 queue_count = 0;	/* rounds queued so far */
+static uint64 queued_as[RL_SHARED_SLOTS_PER_BACKEND];	/* each slot's */
+
 static void
 uncount(void)
 {
@@ -68,6 +76,13 @@ round_bound_us(int64_t start_us)
 {
 	return start_us +
 		(int64_t) 2 * (rl_connect_timeout_ms + rl_node_timeout_ms) * 1000;
+}
+
+/* this backend's slots */
+static RlSharedSlot *
+my_slots(void)
+{
+	return &rl_shared->slots[rl_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
 }
 
 static bool
@@ -143,7 +158,7 @@ dispatcher_usable(void)
 static bool
 my_slots_settled(void)
 {
-	RlSharedSlot *mine = &rl_shared->slots[rl_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
+	RlSharedSlot *mine = my_slots();
 	uint64_t	oldest;
 
 	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
@@ -161,7 +176,12 @@ my_slots_settled(void)
 	return true;
 }
 
-/* Wait until my_slots_settled, up to node_timeout; *woken: the latch was set. */
+static bool reclaim(RlSharedSlot *current);
+
+/*
+ * Wait until my_slots_settled, up to node_timeout, then take back what the
+ * worker has not taken (reclaim); *woken: the latch was set.
+ */
 static void
 wait_settled(bool nothrow, bool *woken)
 {
@@ -170,6 +190,8 @@ wait_settled(bool nothrow, bool *woken)
 	while (!my_slots_settled() && rl_now_us() < deadline)
 		if (nap(1, nothrow))
 			*woken = true;
+	if (!my_slots_settled())
+		(void) reclaim(NULL);
 }
 
 /*
@@ -180,7 +202,7 @@ wait_settled(bool nothrow, bool *woken)
 static RlSharedSlot *
 my_free_slot(bool nothrow, bool *woken)
 {
-	RlSharedSlot *mine = &rl_shared->slots[rl_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
+	RlSharedSlot *mine = my_slots();
 	int64_t		deadline = round_bound_us(rl_now_us());
 	RlSharedSlot *s;
 
@@ -264,10 +286,12 @@ queue_slot(RlSharedSlot *s)
 	{
 		rl_shared_ring()[(rl_shared->head + rl_shared->count) % rl_shared->nslots] =
 			(int) (s - rl_shared->slots);
+		last_entry = rl_shared->taken + rl_shared->count;
 		rl_shared->count++;
 		queued = true;
 	}
 	SpinLockRelease(&rl_shared->mutex);
+	queued_as[s - my_slots()] = ++queue_count;
 
 	/*
 	 * Not queued: withdrawn, unless the worker took it already through an
@@ -311,15 +335,127 @@ give_up(RlSharedSlot *s)
 }
 
 /*
+ * The worker does not take our rounds (stopped, or stuck): take back every
+ * round of ours it has not taken, and run them on our own connections.
+ * Nothing of a round still queued reached a node, so this keeps our
+ * commands in the order sent on every node, provided nothing else of ours
+ * is in the worker's hands: none of our rounds is running there, and none
+ * is owed a reply on its connections.  Otherwise nothing is taken back
+ * (false), and the caller waits for the worker, bounded, as ever.
+ *
+ * A round is taken back by the compare-and-exchange the worker takes it
+ * with (QUEUED -> FREE against QUEUED -> RUNNING), so it is either ours or
+ * the worker's, newest first: the worker takes in the order queued, so if
+ * it takes one meanwhile (it lives after all), the older ones are its too,
+ * and the newer ones taken back go into the queue again behind it.  Of the
+ * rounds taken back, current is the caller's to run; the others, older,
+ * are sent first, in the order queued, unless nobody waits for them and
+ * they need not be delivered (an attempt given up).  Then our rounds stay
+ * on our own connections until the worker has taken every ring entry we
+ * left (it lives again, and none of those entries can make it run a later
+ * round of that slot out of turn).  Nothing here waits or raises.
+ */
+static bool
+reclaim(RlSharedSlot *current)
+{
+	RlSharedSlot *mine = my_slots();
+	int			order[RL_SHARED_SLOTS_PER_BACKEND];
+	int			n = 0;
+	int			got;
+	uint64_t	oldest;
+
+	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
+	{
+		uint32		state = pg_atomic_read_u32(&mine[k].state);
+
+		if (state == RL_SLOT_RUNNING)
+			return false;
+		if (state == RL_SLOT_QUEUED)
+		{
+			int			j = n++;
+
+			/* newest first */
+			while (j > 0 && queued_as[order[j - 1]] < queued_as[k])
+			{
+				order[j] = order[j - 1];
+				j--;
+			}
+			order[j] = k;
+		}
+	}
+	if (n == 0)
+		return false;
+	pg_read_barrier();
+	oldest = pg_atomic_read_u64(&rl_shared->oldest_owed);
+	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
+		if (mine[k].req.tag >= oldest)
+			return false;
+
+	for (got = 0; got < n; got++)
+	{
+		uint32		expected = RL_SLOT_QUEUED;
+
+		if (!pg_atomic_compare_exchange_u32(&mine[order[got]].state,
+											&expected, RL_SLOT_FREE))
+			break;
+	}
+	if (got < n)
+	{
+		/* the worker took one: the newer ones go back behind it */
+		for (int j = got - 1; j >= 0; j--)
+			(void) queue_slot(&mine[order[j]]);
+		return false;
+	}
+	pg_read_barrier();
+
+	resending = true;
+	for (int j = n - 1; j >= 0; j--)
+	{
+		RlSharedSlot *s = &mine[order[j]];
+		RlRequest	r;
+
+		if (s == current || (s->wait && !s->req.must_deliver))
+			continue;
+		memcpy(&r, &s->req, sizeof(RlRequest));
+		r.argv = s->argv;
+		r.argvlen = s->argvlen;
+		r.static_script = false;	/* its text is the slot's, not static */
+		r.batch_next = NULL;
+		r.tag = 0;
+		rl_nodes_send(&r);
+		pg_atomic_fetch_add_u64(&rl_shared->own_rounds, 1);
+	}
+	resending = false;
+	bypass = true;
+	shared_mode = false;
+	return true;
+}
+
+/* The worker took every ring entry we left before reclaim took rounds back. */
+static bool
+bypass_over(void)
+{
+	uint64		taken;
+
+	SpinLockAcquire(&rl_shared->mutex);
+	taken = rl_shared->taken;
+	SpinLockRelease(&rl_shared->mutex);
+	return taken > last_entry;
+}
+
+/*
  * Wait for the queued round's results, into req.  Bounded: the round's own
  * time (its deadline, or two attempts at every node) and a second more
- * while the dispatcher lives; node_timeout once it is gone.
+ * while the dispatcher lives; node_timeout once it is gone.  A round the
+ * worker has not taken within node_timeout is taken back (reclaim): false,
+ * the caller runs it on our own connections.
  */
-static void
+static bool
 await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 {
 	int64_t		start = rl_now_us();
 	int64_t		cap = Max(req->deadline_us, round_bound_us(start)) + 1000000;
+	int64_t		take_by = start + (int64_t) rl_node_timeout_ms * 1000;
 	int64_t		gone_until = 0;
 	bool		done = false;
 	const char *why = NULL;
@@ -327,13 +463,17 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 	for (;;)
 	{
 		int64_t		now;
+		int64_t		next;
+		uint32		state = pg_atomic_read_u32(&s->state);
 
-		if (pg_atomic_read_u32(&s->state) == RL_SLOT_DONE)
+		if (state == RL_SLOT_DONE)
 		{
 			done = true;
 			break;
 		}
 		now = rl_now_us();
+		if (state == RL_SLOT_QUEUED && now >= take_by && reclaim(s))
+			return false;
 		if (!dispatcher_alive())
 		{
 			if (gone_until == 0)
@@ -353,7 +493,8 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 			done = give_up(s);
 			break;
 		}
-		if (nap((long) Min((cap - now + 999) / 1000, 100), req->nothrow) &&
+		next = (state == RL_SLOT_QUEUED && take_by > now) ? Min(cap, take_by) : cap;
+		if (nap((long) Min((next - now + 999) / 1000, 100), req->nothrow) &&
 			pg_atomic_read_u32(&s->state) != RL_SLOT_DONE)
 			*woken = true;
 	}
@@ -362,7 +503,7 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 	{
 		rl_shared_fail_request(req, rl_nodes_count(), why);
 		req->tag = 0;
-		return;
+		return true;
 	}
 	pg_read_barrier();
 	req->tag = s->req.tag;
@@ -374,6 +515,7 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 	req->decision = s->req.decision;
 	pg_write_barrier();
 	pg_atomic_write_u32(&s->state, RL_SLOT_FREE);
+	return true;
 }
 
 /* Hand the round to the dispatcher; false: it runs on our own connections. */
@@ -389,8 +531,8 @@ run_shared(RlRequest *req, bool wait)
 		fill_slot(s, req, wait);
 		if (!queue_slot(s))
 			s = NULL;
-		else if (wait)
-			await_slot(s, req, &woken);
+		else if (wait && !await_slot(s, req, &woken))
+			s = NULL;			/* taken back: ours to run */
 	}
 	/* a wake-up that was not ours is for our caller (a lease waiter) */
 	if (woken)
@@ -414,7 +556,7 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 	/* the slots' pointers need shared memory at one address everywhere */
 	return false;
 #endif
-	if (rl_shared == NULL || MyBackendType != B_BACKEND)
+	if (rl_shared == NULL || MyBackendType != B_BACKEND || resending)
 		return false;
 	if (!exit_registered)
 	{
@@ -446,9 +588,11 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 	}
 
 	eligible = request_fits(req) && dispatcher_usable();
+	if (bypass && eligible && bypass_over())
+		bypass = false;
 	if (!shared_mode)
 	{
-		if (eligible && rl_nodes_quiet())
+		if (eligible && !bypass && rl_nodes_quiet())
 			shared_mode = true;
 	}
 	else if (!eligible || !busy)
@@ -494,7 +638,7 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 static void
 shared_own_done(void)
 {
-	if (rl_shared != NULL)
+	if (rl_shared != NULL && !resending)
 		uncount();
 }
 

@@ -50,6 +50,8 @@ typedef struct RlSharedRounds
 	int			nslots;
 	int			head;			/* next slot index to take */
 	int			count;			/* indices in the ring */
+	uint64		taken;			/* entries taken from the ring, ever: entry
+								 * number taken + count is the next queued */
 	int			dispatcher_procno;	/* -1: none */
 	int			dispatcher_pid;
 	pg_atomic_uint32 ready;
