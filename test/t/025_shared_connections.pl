@@ -21,10 +21,21 @@
 # - always, and a database whose redlock.nodes differs from the server's
 #   (the same nodes in another order, three of them): its sessions keep
 #   their own connections, and their calls are granted.
-# - always, the dispatcher stopped (SIGSTOP): a call handed to it fails
-#   after a bounded wait, its DETAIL naming the dispatcher, long before
-#   statement_timeout; once it runs again the calls go through it and no
-#   key is left.
+# - always, the dispatcher stopped (SIGSTOP) before it took a round: the
+#   session takes the round back after its node_timeout and runs it on its
+#   own connections, and stays there (later calls do not wait for it);
+#   calls are granted (one session, then
+#   4 pgbench sessions whose leases still hold as intervals), and go
+#   through the dispatcher again once it runs.
+# - always, the dispatcher stopped after it took a round (three nodes
+#   paused, so the round is in flight): the call fails after a bounded
+#   wait, its DETAIL naming the dispatcher, long before statement_timeout,
+#   and so does the session's next call (not taken back: it would overtake
+#   the first); no key is left once both run again.
+# - a session leaving the shared connections (auto, alone) while its
+#   release waits in a stopped dispatcher's queue: the release is taken
+#   back and sent ahead of its next call of the same resource, which is
+#   granted.
 # - always, a release of more leases than a slot holds (unlock_all of 40):
 #   it runs on the session's own connections and releases them all.
 use strict;
@@ -272,37 +283,147 @@ for my $d ([ 'reordered', node_list(reverse @redis) ],
 	ok(no_keys($db, @redis), "the calls of $db left no key");
 }
 
-# --- the dispatcher stopped: a call handed to it waits for the time of
-# two attempts at every node and a second (with the session's timeouts
-# here, 2 * (200 ms + 200 ms) + 1 s), then fails on every node with a
-# detail naming the dispatcher.  statement_timeout, far beyond that bound
-# (and short of the bound with the server's node_timeout of 10 s), must
-# not be what ends it.
+# --- the dispatcher stopped (SIGSTOP) before it took a round: nothing of
+# the round reached a node, so the session takes it back once it waited
+# its node_timeout and runs it on its own connections, and keeps them
+# while the worker does not take what the session left in its queue.
+# Calls are granted, alone and with 4 pgbench sessions, and the leases
+# still hold as intervals; once the worker runs again, the calls go
+# through it again.  (After the first call, a node_timeout of 5 s and a
+# statement_timeout of 2 s: the calls do not wait for the stopped worker
+# again.)
 $s->query_safe("SET redlock.node_timeout = '200ms'");
 $s->query_safe("SET redlock.connect_timeout = '200ms'");
-$s->query_safe("SET statement_timeout = '10s'");
 my $disp = worker_pid($pg, 'dispatcher');
 kill 'STOP', $disp;
-my $t0 = time;
-my ($out, $err) = run_in($s, "SELECT redlock_lock('stopped', 30000)");
-my $took = time - $t0;
-kill 'CONT', $disp;
-like($err,
-	qr/could not acquire lease on "stopped": fewer than a majority of Redis nodes could answer.*DETAIL:.*the dispatcher worker did not answer in time/s,
-	sprintf('a call handed to the stopped dispatcher fails, naming it (after %.1f s)', $took));
-$s->query_safe('RESET statement_timeout');
-$s->query_safe('RESET redlock.node_timeout');
-$s->query_safe('RESET redlock.connect_timeout');
 ($sh0, $own0) = rounds();
 for my $i (1 .. 3)
 {
 	$tok = $s->query_safe("SELECT redlock_lock('stopped', 30000)");
-	like($tok, qr/^\d+$/, "call $i once the dispatcher runs again is granted");
+	like($tok, qr/^\d+$/, "call $i with the dispatcher stopped is granted");
 	$s->query_safe("SELECT redlock_unlock('stopped')");
+	if ($i == 1)
+	{
+		$s->query_safe("SET redlock.node_timeout = '5s'");
+		$s->query_safe("SET statement_timeout = '2s'");
+	}
 }
+$s->query_safe('RESET statement_timeout');
+$s->query_safe("SET redlock.node_timeout = '200ms'");
 ($sh1, $own1) = rounds();
-cmp_ok($sh1 - $sh0, '>=', 6, 'and went through it');
-ok(no_keys('stopped', @redis), 'neither the failed call nor the next ones left a key');
+is($sh1 - $sh0, 0, 'none of them went through the stopped dispatcher');
+cmp_ok($own1 - $own0, '>=', 6, 'they ran on the session\'s own connections');
+$q->('TRUNCATE grants');
+{
+	local $ENV{PGOPTIONS} = '-c redlock.node_timeout=200ms';
+	$pg->pgbench('-n -c 4 -j 2 -T 3', 0, [qr/processed: [1-9]/], [qr/^$/],
+		'4 sessions lock and unlock for 3 s with the dispatcher stopped',
+		{ '025_stopped' => $cycle });
+}
+($sh0, $own0) = rounds();
+cmp_ok($own0 - $own1, '>', 0, 'their calls ran on their own connections');
+check_grants('the dispatcher stopped: ');
+kill 'CONT', $disp;
+ok(wait_for(sub {
+	my ($a) = rounds();
+	$s->query_safe("SELECT redlock_lock('stopped', 30000)");
+	$s->query_safe("SELECT redlock_unlock('stopped')");
+	my ($b) = rounds();
+	$b > $a;
+}), 'once the dispatcher runs again, calls go through it again');
+ok(no_keys('stopped', @redis), 'no call left a key');
+
+# --- the dispatcher stopped after it took a round (sent to every node,
+# three of them paused so that it cannot be decided): the round may be
+# partly sent, so the call waits for it within its bound (two attempts at
+# every node and a second: with the session's timeouts, 2 * (200 ms + 2 s)
+# + 1 s), then fails on every node with a detail naming the dispatcher;
+# statement_timeout, far beyond that bound, is not what ends it.  The
+# session's next call must not overtake that round on its own
+# connections: it is not taken back, and fails the same way.
+$s->query_safe("SET redlock.node_timeout = '2s'");
+$s->query_safe("SET statement_timeout = '30s'");
+$_->pause for @redis[0 .. 2];
+$s->query_until(qr/sent/, "\\echo sent\nSELECT redlock_lock('taken', 30000);\n");
+ok(wait_for(sub { keys_on($redis[3], 'taken') ne '' && keys_on($redis[4], 'taken') ne '' }),
+	'the dispatcher sent the call\'s round to the nodes that run');
+kill 'STOP', $disp;
+my ($out, $err) = run_in($s, "SELECT 'after'");
+like($err,
+	qr/could not acquire lease on "taken": fewer than a majority of Redis nodes could answer.*DETAIL:.*the dispatcher worker did not answer in time/s,
+	'a call whose round the stopped dispatcher had taken fails, naming it');
+($out, $err) = run_in($s, "SELECT redlock_lock('taken2', 30000)");
+like($err,
+	qr/could not acquire lease on "taken2": fewer than a majority of Redis nodes could answer.*DETAIL:.*the dispatcher worker did not answer in time/s,
+	'the session\'s next call, queued behind it, is not taken back: it fails the same way');
+kill 'CONT', $disp;
+$_->resume for @redis[0 .. 2];
+$s->query_safe('RESET statement_timeout');
+$s->query_safe('RESET redlock.node_timeout');
+$s->query_safe('RESET redlock.connect_timeout');
+for my $i (1 .. 3)
+{
+	$tok = $s->query_safe("SELECT redlock_lock('taken', 30000)");
+	like($tok, qr/^\d+$/, "call $i once the dispatcher and the nodes run again is granted");
+	$s->query_safe("SELECT redlock_unlock('taken')");
+}
+ok(no_keys('taken*', @redis), 'neither the failed calls nor the next ones left a key');
+
+# --- a session's commands reach each node in the order sent, also when it
+# leaves the shared connections.  A lease taken through the dispatcher; the
+# dispatcher restarted (its successor owes the session nothing) and
+# stopped once it waits for rounds; the session's release of the lease,
+# handed to it, given up (statement_timeout) while it waits in the queue;
+# then, with the setting auto and the session alone, its next call of the
+# same resource leaves the shared connections.  The release must reach
+# the nodes first: taken back from the stopped dispatcher and sent ahead
+# on the session's own connections, it frees the resource and the call is
+# granted; had the call gone first, it would find the session's own
+# earlier value on every node and be refused.
+my $o = long_session($pg);
+($sh0, $own0) = rounds();
+$tok = $o->query_safe("SELECT redlock_try_lock('order', 60000)");
+like($tok, qr/^\d+$/, 'a lease through the dispatcher');
+($sh1, $own1) = rounds();
+cmp_ok($sh1 - $sh0, '>=', 1, 'it went through the dispatcher');
+my $v1;
+ok(wait_for(sub {
+	my %v = map { $_ => 1 } lock_values('order', @redis);
+	($v1) = keys %v;
+	keys %v == 1 && $v1 ne '-';
+}), 'its value is on every node');
+$old = worker_pid($pg, 'dispatcher');
+$q->("SELECT pg_terminate_backend($old)");
+ok(wait_for(sub { my $p = worker_pid($pg, 'dispatcher'); $p ne '' && $p ne $old }),
+	'the dispatcher restarted');
+$disp = worker_pid($pg, 'dispatcher');
+ok(wait_for(sub { $q->("SELECT wait_event IS NOT NULL FROM pg_stat_activity WHERE pid = $disp") eq 't' }),
+	'it waits for rounds');
+kill 'STOP', $disp;
+$o->query_safe("SET statement_timeout = '1s'");
+($out, $err) = run_in($o, "SELECT redlock_unlock('order')");
+like($err, qr/canceling statement due to statement timeout/,
+	'the release, handed to the stopped dispatcher, is given up');
+$o->query_safe('RESET statement_timeout');
+is(join(' ', lock_values('order', @redis)), join(' ', ($v1) x @redis),
+	'the lease\'s value is still on every node');
+$pg->append_conf('postgresql.conf', "redlock.shared_connections = auto\n");
+reload_seen($pg, $o);
+$o->query_safe("SET redlock.node_timeout = '200ms'");
+($sh0, $own0) = rounds();
+$tok = $o->query_safe("SELECT redlock_try_lock('order', 60000)");
+like($tok, qr/^\d+$/,
+	'the session\'s next call of the resource, leaving the shared connections, is granted');
+($sh1, $own1) = rounds();
+cmp_ok($own1 - $own0, '>=', 1, 'it ran on the session\'s own connections');
+my %v2 = map { $_ => 1 } lock_values('order', @redis);
+ok(keys %v2 == 1 && !$v2{$v1} && !$v2{'-'}, 'a new value is on every node');
+kill 'CONT', $disp;
+$o->query_safe("SELECT redlock_unlock('order')");
+$o->quit;
+ok(no_keys('order', @redis), 'the resource is free');
+$pg->append_conf('postgresql.conf', "redlock.shared_connections = always\n");
+reload_seen($pg, $s);
 
 # --- a release of more leases than a slot holds (40 in one command):
 # redlock_unlock_all runs it on the session's own connections
