@@ -30,6 +30,11 @@
  * is a compare-and-exchange, after a write barrier for what it publishes:
  * a round given up by its backend while still queued is withdrawn
  * (QUEUED -> FREE), and the ring entries of withdrawn slots are skipped.
+ * The same withdrawal takes back a round the worker has not taken within
+ * the backend's node_timeout (a worker stopped or stuck): the backend runs
+ * it on its own connections instead, as nothing of it reached a node, and
+ * stays there until the worker has taken every ring entry it left (the
+ * ring counts the entries taken, so the backend knows).
  * A round the backend no longer waits for (an error, a cancel, a timeout
  * while the worker runs it) is still completed by the worker; the slot is
  * taken again only once DONE.  A dispatcher that starts fails the rounds
@@ -50,8 +55,8 @@
  * backend's own round raises RL004 for it), and it fits a slot; probes,
  * no-reply commands and status replies (palloc'd text) stay on the
  * backend's own connections.  Nothing of the backend's waits without a
- * bound: a dispatcher that exits, or stops answering, fails the round on
- * every node instead.
+ * bound: a round the dispatcher took and does not finish (it stopped
+ * answering, or exited) fails on every node instead.
  *
  * The slots take RL_SHARED_SLOTS_PER_BACKEND per PGPROC, about 12 kB each
  * (most of it the request's results): some 6 MB for max_connections = 100.
