@@ -13,7 +13,10 @@
  * owe nothing; it comes back once every round it handed over is done and
  * answered everywhere.  A round that cannot go through the dispatcher
  * while the backend is in shared mode waits for that (up to node_timeout),
- * then runs on the backend's own connections anyway.
+ * then runs on the backend's own connections anyway.  A round the worker
+ * has not taken within node_timeout (a worker stopped or stuck) is taken
+ * back and runs on the backend's own connections, which it keeps until the
+ * worker takes rounds again (shared_rounds_queue.c).
  *
  * Every wait here is bounded and wakes on the latch; interrupts are served
  * unless the round is a no-throw one (commit, abort, exit).  A wake-up
@@ -37,14 +40,6 @@ static bool counted = false;	/* its round is in rounds_in_flight */
 static bool exit_registered = false;
 static int	next_slot = 0;		/* round robin over its slots */
 static uint32 wait_event = 0;	/* known once asked outside no-throw */
-
-/* taking rounds back from a dispatcher that does not take them: reclaim() */
-static bool resending = false;	/* sending rounds taken back: own ones */
-static bool bypass = false;		/* took rounds back: own connections until
-								 * the worker takes past last_entry */
-static uint64 last_entry = 0;	/* the ring's number of our last entry */
-static uint64 queue_count = 0;	/* rounds queued so far */
-static uint64 queued_as[RL_SHARED_SLOTS_PER_BACKEND];	/* each slot's */
 
 static void
 uncount(void)
@@ -76,13 +71,6 @@ round_bound_us(int64_t start_us)
 {
 	return start_us +
 		(int64_t) 2 * (rl_connect_timeout_ms + rl_node_timeout_ms) * 1000;
-}
-
-/* this backend's slots */
-static RlSharedSlot *
-my_slots(void)
-{
-	return &rl_shared->slots[rl_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
 }
 
 static bool
@@ -158,8 +146,7 @@ dispatcher_usable(void)
 static bool
 my_slots_settled(void)
 {
-	RlSharedSlot *mine = my_slots();
-	uint64_t	oldest;
+	RlSharedSlot *mine = rl_shared_my_slots();
 
 	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
 	{
@@ -168,15 +155,8 @@ my_slots_settled(void)
 		if (state == RL_SLOT_QUEUED || state == RL_SLOT_RUNNING)
 			return false;
 	}
-	pg_read_barrier();
-	oldest = pg_atomic_read_u64(&rl_shared->oldest_owed);
-	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
-		if (mine[k].req.tag >= oldest)
-			return false;
-	return true;
+	return rl_shared_my_tags_answered();
 }
-
-static bool reclaim(RlSharedSlot *current);
 
 /*
  * Wait until my_slots_settled, up to node_timeout, then take back what the
@@ -191,7 +171,7 @@ wait_settled(bool nothrow, bool *woken)
 		if (nap(1, nothrow))
 			*woken = true;
 	if (!my_slots_settled())
-		(void) reclaim(NULL);
+		(void) rl_shared_reclaim(NULL);
 }
 
 /*
@@ -202,7 +182,7 @@ wait_settled(bool nothrow, bool *woken)
 static RlSharedSlot *
 my_free_slot(bool nothrow, bool *woken)
 {
-	RlSharedSlot *mine = my_slots();
+	RlSharedSlot *mine = rl_shared_my_slots();
 	int64_t		deadline = round_bound_us(rl_now_us());
 	RlSharedSlot *s;
 
@@ -268,187 +248,11 @@ fill_slot(RlSharedSlot *s, const RlRequest *req, bool wait)
 }
 
 /*
- * Queue the filled slot and wake the dispatcher.  False when there is no
- * dispatcher or no room in the ring: the slot is FREE again.
- */
-static bool
-queue_slot(RlSharedSlot *s)
-{
-	int			procno;
-	bool		queued = false;
-	uint32		expected = RL_SLOT_QUEUED;
-
-	pg_write_barrier();			/* the request before its state */
-	pg_atomic_write_u32(&s->state, RL_SLOT_QUEUED);
-	SpinLockAcquire(&rl_shared->mutex);
-	procno = rl_shared->dispatcher_procno;
-	if (procno >= 0 && rl_shared->count < rl_shared->nslots)
-	{
-		rl_shared_ring()[(rl_shared->head + rl_shared->count) % rl_shared->nslots] =
-			(int) (s - rl_shared->slots);
-		last_entry = rl_shared->taken + rl_shared->count;
-		rl_shared->count++;
-		queued = true;
-	}
-	SpinLockRelease(&rl_shared->mutex);
-	queued_as[s - my_slots()] = ++queue_count;
-
-	/*
-	 * Not queued: withdrawn, unless the worker took it already through an
-	 * entry of the ring left by an earlier round given up while queued (it
-	 * runs what we just filled in).
-	 */
-	if (!queued &&
-		pg_atomic_compare_exchange_u32(&s->state, &expected, RL_SLOT_FREE))
-		return false;
-	if (procno >= 0)
-		SetLatch(rl_latch_of(procno));
-	return true;
-}
-
-/*
- * The round was handed over and is not done: give it up.  A queued one is
- * withdrawn; a running one is left to a live dispatcher (which completes
- * it), or taken back when no dispatcher runs (under the mutex: a new one
- * that starts fails it, or takes it, only once it has announced itself).
- * Returns true if it finished after all (the results are in the slot).
- */
-static bool
-give_up(RlSharedSlot *s)
-{
-	uint32		expected = RL_SLOT_QUEUED;
-	bool		done;
-
-	if (pg_atomic_compare_exchange_u32(&s->state, &expected, RL_SLOT_FREE))
-		return false;
-	if (expected != RL_SLOT_RUNNING)
-		return expected == RL_SLOT_DONE;
-	SpinLockAcquire(&rl_shared->mutex);
-	if (rl_shared->dispatcher_procno < 0)
-		(void) pg_atomic_compare_exchange_u32(&s->state, &expected,
-											  RL_SLOT_FREE);
-	else
-		expected = pg_atomic_read_u32(&s->state);
-	SpinLockRelease(&rl_shared->mutex);
-	done = expected == RL_SLOT_DONE;
-	return done;
-}
-
-/*
- * The worker does not take our rounds (stopped, or stuck): take back every
- * round of ours it has not taken, and run them on our own connections.
- * Nothing of a round still queued reached a node, so this keeps our
- * commands in the order sent on every node, provided nothing else of ours
- * is in the worker's hands: none of our rounds is running there, and none
- * is owed a reply on its connections.  Otherwise nothing is taken back
- * (false), and the caller waits for the worker, bounded, as ever.
- *
- * A round is taken back by the compare-and-exchange the worker takes it
- * with (QUEUED -> FREE against QUEUED -> RUNNING), so it is either ours or
- * the worker's, newest first: the worker takes in the order queued, so if
- * it takes one meanwhile (it lives after all), the older ones are its too,
- * and the newer ones taken back go into the queue again behind it.  Of the
- * rounds taken back, current is the caller's to run; the others, older,
- * are sent first, in the order queued, unless nobody waits for them and
- * they need not be delivered (an attempt given up).  Then our rounds stay
- * on our own connections until the worker has taken every ring entry we
- * left (it lives again, and none of those entries can make it run a later
- * round of that slot out of turn).  Nothing here waits or raises.
- */
-static bool
-reclaim(RlSharedSlot *current)
-{
-	RlSharedSlot *mine = my_slots();
-	int			order[RL_SHARED_SLOTS_PER_BACKEND];
-	int			n = 0;
-	int			got;
-	uint64_t	oldest;
-
-	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
-	{
-		uint32		state = pg_atomic_read_u32(&mine[k].state);
-
-		if (state == RL_SLOT_RUNNING)
-			return false;
-		if (state == RL_SLOT_QUEUED)
-		{
-			int			j = n++;
-
-			/* newest first */
-			while (j > 0 && queued_as[order[j - 1]] < queued_as[k])
-			{
-				order[j] = order[j - 1];
-				j--;
-			}
-			order[j] = k;
-		}
-	}
-	if (n == 0)
-		return false;
-	pg_read_barrier();
-	oldest = pg_atomic_read_u64(&rl_shared->oldest_owed);
-	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
-		if (mine[k].req.tag >= oldest)
-			return false;
-
-	for (got = 0; got < n; got++)
-	{
-		uint32		expected = RL_SLOT_QUEUED;
-
-		if (!pg_atomic_compare_exchange_u32(&mine[order[got]].state,
-											&expected, RL_SLOT_FREE))
-			break;
-	}
-	if (got < n)
-	{
-		/* the worker took one: the newer ones go back behind it */
-		for (int j = got - 1; j >= 0; j--)
-			(void) queue_slot(&mine[order[j]]);
-		return false;
-	}
-	pg_read_barrier();
-
-	resending = true;
-	for (int j = n - 1; j >= 0; j--)
-	{
-		RlSharedSlot *s = &mine[order[j]];
-		RlRequest	r;
-
-		if (s == current || (s->wait && !s->req.must_deliver))
-			continue;
-		memcpy(&r, &s->req, sizeof(RlRequest));
-		r.argv = s->argv;
-		r.argvlen = s->argvlen;
-		r.static_script = false;	/* its text is the slot's, not static */
-		r.batch_next = NULL;
-		r.tag = 0;
-		rl_nodes_send(&r);
-		pg_atomic_fetch_add_u64(&rl_shared->own_rounds, 1);
-	}
-	resending = false;
-	bypass = true;
-	shared_mode = false;
-	return true;
-}
-
-/* The worker took every ring entry we left before reclaim took rounds back. */
-static bool
-bypass_over(void)
-{
-	uint64		taken;
-
-	SpinLockAcquire(&rl_shared->mutex);
-	taken = rl_shared->taken;
-	SpinLockRelease(&rl_shared->mutex);
-	return taken > last_entry;
-}
-
-/*
  * Wait for the queued round's results, into req.  Bounded: the round's own
  * time (its deadline, or two attempts at every node) and a second more
  * while the dispatcher lives; node_timeout once it is gone.  A round the
- * worker has not taken within node_timeout is taken back (reclaim): false,
- * the caller runs it on our own connections.
+ * worker has not taken within node_timeout is taken back
+ * (rl_shared_reclaim): false, the caller runs it on our own connections.
  */
 static bool
 await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
@@ -472,7 +276,7 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 			break;
 		}
 		now = rl_now_us();
-		if (state == RL_SLOT_QUEUED && now >= take_by && reclaim(s))
+		if (state == RL_SLOT_QUEUED && now >= take_by && rl_shared_reclaim(s))
 			return false;
 		if (!dispatcher_alive())
 		{
@@ -481,7 +285,7 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 			if (now >= gone_until)
 			{
 				why = "the dispatcher worker exited before answering";
-				done = give_up(s);
+				done = rl_shared_give_up(s);
 				break;
 			}
 		}
@@ -490,7 +294,7 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 		if (now >= cap)
 		{
 			why = "the dispatcher worker did not answer in time";
-			done = give_up(s);
+			done = rl_shared_give_up(s);
 			break;
 		}
 		next = (state == RL_SLOT_QUEUED && take_by > now) ? Min(cap, take_by) : cap;
@@ -529,7 +333,7 @@ run_shared(RlRequest *req, bool wait)
 	if (s != NULL)
 	{
 		fill_slot(s, req, wait);
-		if (!queue_slot(s))
+		if (!rl_shared_queue_slot(s))
 			s = NULL;
 		else if (wait && !await_slot(s, req, &woken))
 			s = NULL;			/* taken back: ours to run */
@@ -556,7 +360,7 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 	/* the slots' pointers need shared memory at one address everywhere */
 	return false;
 #endif
-	if (rl_shared == NULL || MyBackendType != B_BACKEND || resending)
+	if (rl_shared == NULL || MyBackendType != B_BACKEND || rl_shared_resending)
 		return false;
 	if (!exit_registered)
 	{
@@ -588,11 +392,9 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 	}
 
 	eligible = request_fits(req) && dispatcher_usable();
-	if (bypass && eligible && bypass_over())
-		bypass = false;
 	if (!shared_mode)
 	{
-		if (eligible && !bypass && rl_nodes_quiet())
+		if (eligible && !rl_shared_bypassing() && rl_nodes_quiet())
 			shared_mode = true;
 	}
 	else if (!eligible || !busy)
@@ -638,7 +440,7 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 static void
 shared_own_done(void)
 {
-	if (rl_shared != NULL && !resending)
+	if (rl_shared != NULL && !rl_shared_resending)
 		uncount();
 }
 

@@ -81,8 +81,49 @@ rl_shared_ring(void)
 	return (int *) &rl_shared->slots[rl_shared->nslots];
 }
 
+/* this backend's slots */
+static inline RlSharedSlot *
+rl_shared_my_slots(void)
+{
+	return &rl_shared->slots[rl_my_procno() * RL_SHARED_SLOTS_PER_BACKEND];
+}
+
+/*
+ * Every round in this backend's slots is answered by (or failed on) every
+ * node: its tag is below the oldest the worker's connections still owe
+ * (published before a round is completed; a round never sent has tag 0).
+ * Call after reading the slots' states.
+ */
+static inline bool
+rl_shared_my_tags_answered(void)
+{
+	RlSharedSlot *mine = rl_shared_my_slots();
+	uint64_t	oldest;
+
+	pg_read_barrier();
+	oldest = pg_atomic_read_u64(&rl_shared->oldest_owed);
+	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
+		if (mine[k].req.tag >= oldest)
+			return false;
+	return true;
+}
+
 extern void rl_shared_shmem_init(void);
 extern void rl_shared_fail_request(RlRequest *req, int nnodes,
 								   const char *detail);
+
+/*
+ * A backend's rounds in the queue (shared_rounds_queue.c): queue a filled
+ * slot (false: not queued, FREE again); give up a round not done (true: it
+ * finished after all); take back what the worker has not taken
+ * (rl_shared_reclaim, true: taken back, current is the caller's to run);
+ * whether the backend stays on its own connections since.  Resending is
+ * set while rounds taken back go out on the backend's own connections.
+ */
+extern bool rl_shared_resending;
+extern bool rl_shared_queue_slot(RlSharedSlot *s);
+extern bool rl_shared_give_up(RlSharedSlot *s);
+extern bool rl_shared_reclaim(RlSharedSlot *current);
+extern bool rl_shared_bypassing(void);
 
 #endif							/* REDLOCK_SHARED_ROUNDS_INTERNAL_H */
