@@ -56,13 +56,22 @@ rl_nodes_fingerprint(void)
 
 /*
  * Of the settings in force (not of the connections open): the node list in
- * its order, the credentials, TLS and the DNS servers.
+ * its order, the credentials, TLS and the DNS servers.  Asked on every
+ * round handed to the dispatcher, so it is computed again only when one of
+ * them was given a different value: their assign hooks bump the node list
+ * generation then (guc_net.c), on a reload and on a SET alike.  It is
+ * computed when asked, after the assignment, never in the hook.
  */
 uint64_t
 rl_nodes_settings_fingerprint(void)
 {
+	static uint64_t cached = 0;
+	static uint64_t cached_generation = 0;	/* 0: none (generations start at 1) */
 	uint64_t	hash = UINT64CONST(14695981039346656037);
 	char		port[16];
+
+	if (cached_generation == rl_node_list_generation)
+		return cached;
 
 	if (rl_node_list != NULL)
 	{
@@ -81,6 +90,8 @@ rl_nodes_settings_fingerprint(void)
 	hash = hash_text(hash, rl_tls_cert_file, '\n');
 	hash = hash_text(hash, rl_tls_key_file, '\n');
 	hash = hash_text(hash, rl_dns_servers, '\n');
+	cached = hash;
+	cached_generation = rl_node_list_generation;
 	return hash;
 }
 
