@@ -97,7 +97,7 @@ round_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff,
 	RlNodeResult *res = &req->results[node - rl_nodes];
 	int64_t		now = rl_now_us();
 
-	memset(res, 0, sizeof(*res));
+	rl_node_result_init(res);
 	res->vote = RL_VOTE_PENDING;
 	node->was_idle = (node->state == RL_CONN_READY && node->owed_count == 0);
 
@@ -165,7 +165,7 @@ round_dispatch_all(RlRequest *req, uint64_t tag, bool write_now)
 	{
 		if (req->skip[i])
 		{
-			memset(&req->results[i], 0, sizeof(RlNodeResult));
+			rl_node_result_init(&req->results[i]);
 			req->results[i].vote = RL_VOTE_FAILED;
 			strlcpy(req->results[i].detail, "not asked", sizeof(req->results[i].detail));
 			continue;
