@@ -64,6 +64,9 @@ put(char *dst, int *len, const char *text, int textlen)
 	*len += textlen;
 }
 
+/* put() of a string literal */
+#define PUT_LITERAL(dst, len, lit)	put(dst, len, lit, sizeof(lit) - 1)
+
 /* The heads of the script's commands, built once (no snprintf per round) */
 static void
 script_heads(RlScript *s)
@@ -71,14 +74,14 @@ script_heads(RlScript *s)
 	char		digits[MAXINT8LEN];
 
 	s->eval_head_len = 0;
-	put(s->eval_head, &s->eval_head_len, "$4\r\nEVAL\r\n$", 11);
+	PUT_LITERAL(s->eval_head, &s->eval_head_len, "$4\r\nEVAL\r\n$");
 	put(s->eval_head, &s->eval_head_len, digits,
 		pg_ulltoa_n((uint64) s->len, digits));
-	put(s->eval_head, &s->eval_head_len, "\r\n", 2);
+	PUT_LITERAL(s->eval_head, &s->eval_head_len, "\r\n");
 	s->sha_head_len = 0;
-	put(s->sha_head, &s->sha_head_len, "$7\r\nEVALSHA\r\n$40\r\n", 19);
+	PUT_LITERAL(s->sha_head, &s->sha_head_len, "$7\r\nEVALSHA\r\n$40\r\n");
 	put(s->sha_head, &s->sha_head_len, s->sha, 40);
-	put(s->sha_head, &s->sha_head_len, "\r\n", 2);
+	PUT_LITERAL(s->sha_head, &s->sha_head_len, "\r\n");
 }
 
 /* The script's index in rl_scripts, hashing it on first sight; -1: none. */
@@ -158,9 +161,9 @@ script_sha_form(const RlRequest *req, int s, const char *eval, int evallen,
 		return false;
 
 	/* "*argc $4 EVAL $len <script>", then the other arguments */
-	put(star, &starlen, "*", 1);
+	PUT_LITERAL(star, &starlen, "*");
 	starlen += pg_ultoa_n((uint32) req->argc, star + starlen);
-	put(star, &starlen, "\r\n", 2);
+	PUT_LITERAL(star, &starlen, "\r\n");
 	skip = starlen + script->eval_head_len + script->len + 2;
 	if (skip > (size_t) evallen || memcmp(eval, star, starlen) != 0 ||
 		memcmp(eval + starlen, script->eval_head, script->eval_head_len) != 0)
