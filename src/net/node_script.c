@@ -23,6 +23,11 @@
  * each again; NOPERM: for as long as it lasts).  A new connection starts
  * with no script run.
  *
+ * Which form goes to a node is decided for each connection
+ * (script_by_sha); the EVALSHA form itself is the same for every node, and
+ * is built once per round (script_sha_form, called by node_queue.c) from
+ * heads built once per script.
+ *
  * Nothing here raises or uses palloc: commands are formatted on the
  * commit, abort and exit paths too.
  *
@@ -150,15 +155,16 @@ bool
 script_sha_form(const RlRequest *req, int s, const char *eval, int evallen,
 				char **shacmd, int *shalen)
 {
-	const RlScript *script = &rl_scripts[s];
+	const RlScript *script;
 	char		star[MAXINT8LEN + 3];	/* "*argc" and its CRLF */
 	int			starlen = 0;
 	size_t		skip;
 	char	   *out;
 
-	if (s < 0 || s >= rl_nscripts || !script->hashed || req->argc < 2 ||
-		req->argvlen[1] != script->len)
+	if (s < 0 || s >= rl_nscripts || !rl_scripts[s].hashed || req->argc < 2 ||
+		req->argvlen[1] != rl_scripts[s].len)
 		return false;
+	script = &rl_scripts[s];
 
 	/* "*argc $4 EVAL $len <script>", then the other arguments */
 	PUT_LITERAL(star, &starlen, "*");
