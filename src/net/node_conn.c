@@ -40,18 +40,19 @@ hash_text(uint64_t hash, const char *text, char end)
 	return hash * UINT64CONST(1099511628211);
 }
 
+/* rl_nodes_fingerprint() of the node table, set when it is (re)built */
+static uint64_t rl_applied_fingerprint = UINT64CONST(14695981039346656037);
+
 /*
  * Which nodes this backend talks to, as a number: the same for every
  * backend that applied the same node list (FNV-1a over the nodes' names).
+ * Asked for every lease; the names change only in rl_nodes_apply_config,
+ * which computes it.
  */
 uint64_t
 rl_nodes_fingerprint(void)
 {
-	uint64_t	hash = UINT64CONST(14695981039346656037);
-
-	for (int i = 0; i < rl_nnodes; i++)
-		hash = hash_text(hash, rl_nodes[i].name, ',');
-	return hash;
+	return rl_applied_fingerprint;
 }
 
 /*
@@ -136,6 +137,10 @@ rl_nodes_apply_config(void)
 		}
 		rl_nnodes = rl_node_list->count;
 	}
+	rl_applied_fingerprint = UINT64CONST(14695981039346656037);
+	for (int i = 0; i < rl_nnodes; i++)
+		rl_applied_fingerprint = hash_text(rl_applied_fingerprint,
+										   rl_nodes[i].name, ',');
 	rl_applied_generation = rl_node_list_generation;
 	rl_wes_stale = true;
 }
