@@ -40,29 +40,39 @@ hash_text(uint64_t hash, const char *text, char end)
 	return hash * UINT64CONST(1099511628211);
 }
 
+/* rl_nodes_fingerprint() of the node table, set when it is (re)built */
+static uint64_t rl_applied_fingerprint = UINT64CONST(14695981039346656037);
+
 /*
  * Which nodes this backend talks to, as a number: the same for every
  * backend that applied the same node list (FNV-1a over the nodes' names).
+ * Asked for every lease; the names change only in rl_nodes_apply_config,
+ * which computes it.
  */
 uint64_t
 rl_nodes_fingerprint(void)
 {
-	uint64_t	hash = UINT64CONST(14695981039346656037);
-
-	for (int i = 0; i < rl_nnodes; i++)
-		hash = hash_text(hash, rl_nodes[i].name, ',');
-	return hash;
+	return rl_applied_fingerprint;
 }
 
 /*
  * Of the settings in force (not of the connections open): the node list in
- * its order, the credentials, TLS and the DNS servers.
+ * its order, the credentials, TLS and the DNS servers.  Asked on every
+ * round handed to the dispatcher, so it is computed again only when one of
+ * them was given a different value: their assign hooks bump the node list
+ * generation then (guc_net.c), on a reload and on a SET alike.  It is
+ * computed when asked, after the assignment, never in the hook.
  */
 uint64_t
 rl_nodes_settings_fingerprint(void)
 {
+	static uint64_t cached = 0;
+	static uint64_t cached_generation = 0;	/* 0: none (generations start at 1) */
 	uint64_t	hash = UINT64CONST(14695981039346656037);
 	char		port[16];
+
+	if (cached_generation == rl_node_list_generation)
+		return cached;
 
 	if (rl_node_list != NULL)
 	{
@@ -81,6 +91,8 @@ rl_nodes_settings_fingerprint(void)
 	hash = hash_text(hash, rl_tls_cert_file, '\n');
 	hash = hash_text(hash, rl_tls_key_file, '\n');
 	hash = hash_text(hash, rl_dns_servers, '\n');
+	cached = hash;
+	cached_generation = rl_node_list_generation;
 	return hash;
 }
 
@@ -125,6 +137,10 @@ rl_nodes_apply_config(void)
 		}
 		rl_nnodes = rl_node_list->count;
 	}
+	rl_applied_fingerprint = UINT64CONST(14695981039346656037);
+	for (int i = 0; i < rl_nnodes; i++)
+		rl_applied_fingerprint = hash_text(rl_applied_fingerprint,
+										   rl_nodes[i].name, ',');
 	rl_applied_generation = rl_node_list_generation;
 	rl_wes_stale = true;
 }

@@ -221,12 +221,15 @@ extern void resolve_process(int fd, bool readable, bool writable);
 extern long resolve_timeout_ms(long max_ms);
 
 /* node_script.c: scripts sent by their SHA1 */
-extern bool script_by_sha(RlNode *node, const RlRequest *req, const char *eval,
-						  int evallen, char **shacmd, int *shalen);
+extern int	script_by_sha(RlNode *node, const RlRequest *req);
+extern bool script_sha_form(const RlRequest *req, int s, const char *eval,
+							int evallen, char **shacmd, int *shalen);
 extern bool script_refused(RlNode *node, const redisReply *reply);
 extern void script_forget_all(RlNode *node);
 
 /* node_queue.c: commands queued, replies owed, must-deliver commands kept */
+extern void queue_format_begin(const RlRequest *req);
+extern void queue_format_end(void);
 extern bool queue_request(RlNode *node, const RlRequest *req, uint64_t tag);
 extern bool queue_owe(RlNode *node, uint64_t tag);
 extern void queue_keep(RlNode *node, const RlRequest *req);

@@ -19,11 +19,105 @@
  * when too many pile up.  Kept commands live in malloc'd memory, like the
  * output buffer: nothing here allocates with palloc on the no-throw paths.
  *
+ * A round sends one command to every node: it is formatted once, when the
+ * round is dispatched (queue_format_begin), its EVALSHA form too once a
+ * node sends it so, and both are reused for every node and freed when the
+ * dispatch is done (queue_format_end).  A node that keeps the command
+ * gets a copy of its own.  A request queued again later (a connection
+ * reopened under it, an EVALSHA refused, the nodes in backoff asked after
+ * all) is formatted again then.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "net/node_internal.h"
+
+/* A request's command, formatted */
+typedef struct RlFormatted
+{
+	const RlRequest *req;		/* whose; NULL: none */
+	char	   *cmd;			/* by hiredis (redisFreeCommand); NULL until
+								 * formatted */
+	int			len;
+	char	   *shacmd;			/* its EVALSHA form (free()), or NULL */
+	int			shalen;
+	bool		sha_tried;		/* shacmd was built, or cannot be */
+} RlFormatted;
+
+/* the request being dispatched to its nodes */
+static RlFormatted dispatching;
+
+static void
+formatted_free(RlFormatted *f)
+{
+	if (f->cmd != NULL)
+		redisFreeCommand(f->cmd);
+	free(f->shacmd);
+	memset(f, 0, sizeof(*f));
+}
+
+/*
+ * The request's formatted command: the one of the dispatch, or own (empty)
+ * for a request queued outside its dispatch.  NULL when it could not be
+ * formatted.
+ */
+static RlFormatted *
+formatted_of(const RlRequest *req, RlFormatted *own)
+{
+	RlFormatted *f = dispatching.req == req ? &dispatching : own;
+
+	f->req = req;
+	if (f->cmd == NULL)
+	{
+		char	   *cmd = NULL;
+		int			len;
+
+		len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
+		if (len <= 0)
+			return NULL;
+		f->cmd = cmd;
+		f->len = len;
+	}
+	return f;
+}
+
+/*
+ * The formatted command, for a node to keep (redisFreeCommand): own's is
+ * taken over, the dispatch's copied.  NULL when out of memory.
+ */
+static char *
+formatted_take(RlFormatted *f, RlFormatted *own)
+{
+	char	   *cmd;
+
+	if (f == own)
+	{
+		cmd = f->cmd;
+		f->cmd = NULL;
+		return cmd;
+	}
+	/* malloc'd as hiredis allocates (redlock never replaces its allocator) */
+	cmd = malloc(f->len);
+	if (cmd != NULL)
+		memcpy(cmd, f->cmd, f->len);
+	return cmd;
+}
+
+/* The request is dispatched to its nodes: format it once for all. */
+void
+queue_format_begin(const RlRequest *req)
+{
+	formatted_free(&dispatching);
+	dispatching.req = req;
+}
+
+/* The dispatch is done (or a new round begins): forget its command. */
+void
+queue_format_end(void)
+{
+	formatted_free(&dispatching);
+}
 
 bool
 queue_owe(RlNode *node, uint64_t tag)
@@ -73,12 +167,16 @@ queue_keep_text(RlNode *node, char *cmd, int len)
 void
 queue_keep(RlNode *node, const RlRequest *req)
 {
+	RlFormatted own = {0};
+	RlFormatted *f = formatted_of(req, &own);
 	char	   *cmd;
-	int			len;
 
-	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
-	if (len > 0)
-		queue_keep_text(node, cmd, len);
+	if (f == NULL)
+		return;
+	cmd = formatted_take(f, &own);
+	if (cmd != NULL)
+		queue_keep_text(node, cmd, f->len);
+	formatted_free(&own);
 }
 
 /* The connection is gone: keep the must-deliver commands it owed replies to. */
@@ -142,41 +240,63 @@ queue_forget_kept(RlNode *node)
 bool
 queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
 {
-	char	   *cmd;
+	RlFormatted own = {0};
+	RlFormatted *f = formatted_of(req, &own);
+	const char *text;
 	int			len;
 	int			slot;
-	char	   *shacmd = NULL;
-	int			shalen = 0;
+	int			script;
+	char	   *kept = NULL;
 	bool		by_sha;
 	bool		ok;
 
-	len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
-	if (len <= 0)
+	if (f == NULL)
 		return false;
+	text = f->cmd;
+	len = f->len;
 	if (req->no_reply)
 	{
-		ok = sock_append(node, cmd, len);
-		redisFreeCommand(cmd);
+		ok = sock_append(node, text, len);
+		formatted_free(&own);
 		return ok;
 	}
+	if (node->owed_count >= RL_MAX_OWED)
+	{
+		formatted_free(&own);
+		return false;
+	}
 	slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
-	by_sha = script_by_sha(node, req, cmd, len, &shacmd, &shalen);
-	ok = node->owed_count < RL_MAX_OWED &&
-		(by_sha ? sock_append(node, shacmd, shalen) : sock_append(node, cmd, len));
-	free(shacmd);
+	script = script_by_sha(node, req);
+	if (script >= 0 && !f->sha_tried)
+	{
+		f->sha_tried = true;
+		(void) script_sha_form(req, script, f->cmd, f->len, &f->shacmd,
+							   &f->shalen);
+	}
+	by_sha = script >= 0 && f->shacmd != NULL;
+	if (req->must_deliver)
+	{
+		/* text stays valid: kept is it (own's) or a copy (the dispatch's) */
+		kept = formatted_take(f, &own);
+		if (kept == NULL)
+		{
+			formatted_free(&own);
+			return false;
+		}
+	}
+	ok = by_sha ? sock_append(node, f->shacmd, f->shalen) :
+		sock_append(node, text, len);
 	if (!ok)
 	{
-		redisFreeCommand(cmd);
+		if (kept != NULL)
+			redisFreeCommand(kept);
+		formatted_free(&own);
 		return false;
 	}
 	(void) queue_owe(node, tag);
 	node->owed_by_sha[slot] = by_sha;
-	if (req->must_deliver)
-	{
-		node->owed_cmd[slot] = cmd;
-		node->owed_cmd_len[slot] = len;
-	}
-	else
-		redisFreeCommand(cmd);
+	node->owed_cmd[slot] = kept;
+	node->owed_cmd_len[slot] = kept != NULL ? len : 0;
+	formatted_free(&own);
 	return true;
 }

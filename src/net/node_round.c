@@ -73,6 +73,7 @@ round_housekeeping(void)
 {
 	int64_t		now;
 
+	queue_format_end();			/* a dispatch an error cut short */
 	wait_pump_resolver(NULL);
 	now = rl_now_us();
 	for (int i = 0; i < rl_nnodes; i++)
@@ -97,7 +98,7 @@ round_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff,
 	RlNodeResult *res = &req->results[node - rl_nodes];
 	int64_t		now = rl_now_us();
 
-	memset(res, 0, sizeof(*res));
+	rl_node_result_init(res);
 	res->vote = RL_VOTE_PENDING;
 	node->was_idle = (node->state == RL_CONN_READY && node->owed_count == 0);
 
@@ -161,17 +162,19 @@ round_dispatch_all(RlRequest *req, uint64_t tag, bool write_now)
 {
 	req->tag = tag;
 	req->nnodes = rl_nnodes;
+	queue_format_begin(req);	/* formatted once for every node */
 	for (int i = 0; i < rl_nnodes; i++)
 	{
 		if (req->skip[i])
 		{
-			memset(&req->results[i], 0, sizeof(RlNodeResult));
+			rl_node_result_init(&req->results[i]);
 			req->results[i].vote = RL_VOTE_FAILED;
 			strlcpy(req->results[i].detail, "not asked", sizeof(req->results[i].detail));
 			continue;
 		}
 		round_dispatch(&rl_nodes[i], req, tag, true, write_now);
 	}
+	queue_format_end();
 }
 
 /*
@@ -185,6 +188,7 @@ round_dispatch_backed_off(RlRequest *req)
 {
 	bool		any = false;
 
+	queue_format_begin(req);
 	for (int i = 0; i < req->nnodes; i++)
 	{
 		if (!req->skip[i] && req->results[i].in_backoff)
@@ -193,6 +197,7 @@ round_dispatch_backed_off(RlRequest *req)
 			any = true;
 		}
 	}
+	queue_format_end();
 	return any;
 }
 

@@ -23,6 +23,11 @@
  * each again; NOPERM: for as long as it lasts).  A new connection starts
  * with no script run.
  *
+ * Which form goes to a node is decided for each connection
+ * (script_by_sha); the EVALSHA form itself is the same for every node, and
+ * is built once per round (script_sha_form, called by node_queue.c) from
+ * heads built once per script.
+ *
  * Nothing here raises or uses palloc: commands are formatted on the
  * commit, abort and exit paths too.
  *
@@ -46,10 +51,43 @@ typedef struct RlScript
 	bool		hashed;			/* sha is its SHA1; false: it could not be
 								 * hashed, and goes by its text */
 	char		sha[41];
+	/* "$4 EVAL $<len>" and "$7 EVALSHA $40 <sha1>", with their CRLFs */
+	char		eval_head[32];
+	int			eval_head_len;
+	char		sha_head[64];
+	int			sha_head_len;
 } RlScript;
 
 static RlScript rl_scripts[RL_MAX_SCRIPTS];
 static int	rl_nscripts = 0;
+
+/* Append text to dst at *len (the caller made room). */
+static void
+put(char *dst, int *len, const char *text, int textlen)
+{
+	memcpy(dst + *len, text, textlen);
+	*len += textlen;
+}
+
+/* put() of a string literal */
+#define PUT_LITERAL(dst, len, lit)	put(dst, len, lit, sizeof(lit) - 1)
+
+/* The heads of the script's commands, built once (no snprintf per round) */
+static void
+script_heads(RlScript *s)
+{
+	char		digits[MAXINT8LEN];
+
+	s->eval_head_len = 0;
+	PUT_LITERAL(s->eval_head, &s->eval_head_len, "$4\r\nEVAL\r\n$");
+	put(s->eval_head, &s->eval_head_len, digits,
+		pg_ulltoa_n((uint64) s->len, digits));
+	PUT_LITERAL(s->eval_head, &s->eval_head_len, "\r\n");
+	s->sha_head_len = 0;
+	PUT_LITERAL(s->sha_head, &s->sha_head_len, "$7\r\nEVALSHA\r\n$40\r\n");
+	put(s->sha_head, &s->sha_head_len, s->sha, 40);
+	PUT_LITERAL(s->sha_head, &s->sha_head_len, "\r\n");
+}
 
 /* The script's index in rl_scripts, hashing it on first sight; -1: none. */
 static int
@@ -69,62 +107,81 @@ script_index(const char *text, size_t len)
 	s->len = len;
 	s->hashed = EVP_Digest(text, len, md, &mdlen, EVP_sha1(), NULL) == 1 &&
 		mdlen == 20;
-	if (s->hashed)
-		hex_encode((const char *) md, 20, s->sha);
 	s->sha[40] = '\0';
+	if (s->hashed)
+	{
+		hex_encode((const char *) md, 20, s->sha);
+		script_heads(s);
+	}
 	rl_nscripts++;
 	return s->hashed ? rl_nscripts - 1 : -1;
 }
 
 /*
- * The request, formatted by hiredis as eval (its EVAL form), is to go to
- * this node: when the connection has run its script, returns true with
- * its EVALSHA form in *shacmd (malloc'd, freed with free()) and *shalen.
- * Otherwise it goes by its text, and the script is noted as run.
+ * The request is to go to this node: when the connection has run its
+ * script (and may send EVALSHA), returns the script's number for
+ * script_sha_form.  Otherwise -1: it goes by its text, and the script is
+ * noted as run.
  */
-bool
-script_by_sha(RlNode *node, const RlRequest *req, const char *eval,
-			  int evallen, char **shacmd, int *shalen)
+int
+script_by_sha(RlNode *node, const RlRequest *req)
 {
-	char		head[96];		/* "*%d $7 EVALSHA $40 <sha1>", CRLFs */
-	int			headlen;
 	int			s;
 	uint32		bit;
-	size_t		skip;
-	char	   *out;
 
 	if (!req->static_script || req->argc < 2 || req->no_reply ||
 		node->evalsha_refused)
-		return false;
+		return -1;
 	s = script_index(req->argv[1], req->argvlen[1]);
 	if (s < 0)
-		return false;
+		return -1;
 	bit = UINT32_C(1) << s;
 	if ((node->scripts_run & bit) == 0)
 	{
 		node->scripts_run |= bit;	/* it goes by its text this time */
-		return false;
+		return -1;
 	}
+	return s;
+}
+
+/*
+ * The EVALSHA form of the request, formatted by hiredis as eval (its EVAL
+ * form), for script s (script_by_sha): the same for every node that sends
+ * it so.  Returns true with it in *shacmd (malloc'd, freed with free())
+ * and *shalen; false when eval is not formatted as expected (it goes by
+ * its text) or out of memory.
+ */
+bool
+script_sha_form(const RlRequest *req, int s, const char *eval, int evallen,
+				char **shacmd, int *shalen)
+{
+	const RlScript *script;
+	char		star[MAXINT8LEN + 3];	/* "*argc" and its CRLF */
+	int			starlen = 0;
+	size_t		skip;
+	char	   *out;
+
+	if (s < 0 || s >= rl_nscripts || !rl_scripts[s].hashed || req->argc < 2 ||
+		req->argvlen[1] != rl_scripts[s].len)
+		return false;
+	script = &rl_scripts[s];
 
 	/* "*argc $4 EVAL $len <script>", then the other arguments */
-	headlen = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
-					   req->argc, req->argvlen[1]);
-	if (headlen < 0 || headlen >= (int) sizeof(head))
-		return false;
-	skip = headlen + req->argvlen[1] + 2;
-	if (skip > (size_t) evallen || memcmp(eval, head, headlen) != 0)
+	PUT_LITERAL(star, &starlen, "*");
+	starlen += pg_ultoa_n((uint32) req->argc, star + starlen);
+	PUT_LITERAL(star, &starlen, "\r\n");
+	skip = starlen + script->eval_head_len + script->len + 2;
+	if (skip > (size_t) evallen || memcmp(eval, star, starlen) != 0 ||
+		memcmp(eval + starlen, script->eval_head, script->eval_head_len) != 0)
 		return false;			/* not formatted as expected: by its text */
-	headlen = snprintf(head, sizeof(head), "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n",
-					   req->argc, rl_scripts[s].sha);
-	if (headlen < 0 || headlen >= (int) sizeof(head))
-		return false;			/* cannot be: head has room for any argc */
-	out = malloc(headlen + (evallen - skip));
+	out = malloc(starlen + script->sha_head_len + (evallen - skip));
 	if (out == NULL)
 		return false;
-	memcpy(out, head, headlen);
-	memcpy(out + headlen, eval + skip, evallen - skip);
+	memcpy(out, star, starlen);
+	memcpy(out + starlen, script->sha_head, script->sha_head_len);
+	memcpy(out + starlen + script->sha_head_len, eval + skip, evallen - skip);
 	*shacmd = out;
-	*shalen = headlen + (int) (evallen - skip);
+	*shalen = starlen + script->sha_head_len + (int) (evallen - skip);
 	return true;
 }
 

@@ -124,6 +124,39 @@ typedef struct RlRequest
 	RlDecision	decision;
 } RlRequest;
 
+/*
+ * A node's result before its round: every field cleared but detail, which
+ * is most of it, emptied.  Cheaper than clearing the whole: a round does
+ * it for every node, a shared slot for every round.
+ */
+StaticAssertDecl(offsetof(RlNodeResult, hint) + sizeof(const char *) ==
+				 sizeof(RlNodeResult),
+				 "rl_node_result_init: hint must follow detail, last");
+
+static inline void
+rl_node_result_init(RlNodeResult *res)
+{
+	memset(res, 0, offsetof(RlNodeResult, detail));
+	res->detail[0] = '\0';
+	res->hint = NULL;
+}
+
+/*
+ * A request cleared but for its results, which its round sets for the
+ * nodes it asks (req->nnodes of them, rl_node_result_init first): only
+ * those are read.
+ */
+StaticAssertDecl(offsetof(RlRequest, tally) ==
+				 offsetof(RlRequest, results) + sizeof(RlNodeResult) * RL_MAX_NODES,
+				 "rl_request_clear: tally must follow results");
+
+static inline void
+rl_request_clear(RlRequest *req)
+{
+	memset(req, 0, offsetof(RlRequest, results));
+	memset(&req->tally, 0, sizeof(RlRequest) - offsetof(RlRequest, tally));
+}
+
 extern int	rl_nodes_count(void);
 extern const char *rl_node_name(int i);
 extern bool rl_nodes_config_changed(void);

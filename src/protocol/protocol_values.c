@@ -132,7 +132,7 @@ void
 rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
 					  int argc, const char **argv, const size_t *argvlen)
 {
-	memset(req, 0, sizeof(*req));
+	rl_request_clear(req);		/* its round sets the results it uses */
 	req->reply_kind = kind;
 	req->goal = goal;
 	req->argc = argc;

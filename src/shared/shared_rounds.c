@@ -149,7 +149,7 @@ rl_shared_fail_request(RlRequest *req, int nnodes, const char *detail)
 	{
 		RlNodeResult *res = &req->results[i];
 
-		memset(res, 0, sizeof(RlNodeResult));
+		rl_node_result_init(res);
 		res->vote = RL_VOTE_FAILED;
 		res->outcome = req->skip[i] ? RL_OUTCOME_NONE : RL_OUTCOME_OTHER;
 		strlcpy(res->detail, req->skip[i] ? "not asked" : detail,

@@ -225,7 +225,7 @@ fill_slot(RlSharedSlot *s, const RlRequest *req, bool wait)
 	s->nnodes = rl_nodes_count();
 	s->fingerprint = rl_nodes_settings_fingerprint();
 
-	memset(r, 0, sizeof(RlRequest));
+	rl_request_clear(r);		/* its round sets the results it uses */
 	r->reply_kind = req->reply_kind;
 	r->goal = req->goal;
 	r->argc = req->argc;

@@ -201,6 +201,47 @@ cmp_ok(secure_stat(qr/^cmdstat_eval:calls=(\d+)/m), '>=', 2 * $cycles * @secure,
 $acl->quit;
 ok(wait_for(sub { secure_exists('life:acl') eq join(',', map { '0' } @secure) }), 'nothing is left locked');
 
+# one node whose ACL refuses EVALSHA among nodes that allow it: a round's
+# command and its EVALSHA form are built once for all its nodes, but each
+# node's connection decides whether it gets the EVALSHA form.  The node
+# that refuses it sees EVALSHA until it said so once; the others go on
+# using it.
+sub secure_scripts_answered
+{
+	my ($n) = @_;
+	my @eval = secure_stat_each(qr/^cmdstat_eval:calls=(\d+)/m);
+	my @sha = secure_stat_each(qr/^cmdstat_evalsha:calls=(\d+)/m);
+	my @refused = secure_stat_each(qr/^cmdstat_evalsha:.*rejected_calls=(\d+)/m);
+	return !grep { $eval[$_] + $sha[$_] + $refused[$_] < $n } 0 .. $#secure;
+}
+for my $i (0 .. $#secure)
+{
+	$secure[$i]->cli('-a', 's3cret', '--no-auth-warning', 'ACL', 'SETUSER', 'mixed',
+		'on', '>mixedpw', 'resetkeys', '~redlock:*', 'resetchannels', '-@all',
+		'+eval', '+get', '+set', '+del', '+pexpire', '+ping', '+info',
+		$i == $#secure ? () : ('+evalsha'));
+}
+$_->cli('-a', 's3cret', '--no-auth-warning', 'CONFIG', 'RESETSTAT') for @secure;
+my $mixed = $pg->background_psql('postgres', on_error_stop => 0);
+$mixed->query_safe("SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'mixed'; SET redlock.password = 'mixedpw'");
+my $mixed_cycle = "SELECT redlock_try_lock('life:mixed') > 0, redlock_unlock('life:mixed');";
+is($mixed->query_safe($mixed_cycle x 2), "t|t\nt|t", 'mixed ACLs: the session locks and unlocks');
+ok(wait_for(sub { secure_scripts_answered(4) }), 'mixed ACLs: every node answered both cycles');
+my $mixed_refused = (secure_stat_each(qr/^cmdstat_evalsha:.*rejected_calls=(\d+)/m))[-1];
+cmp_ok($mixed_refused, '>=', 1, 'mixed ACLs: the last node refused the EVALSHA of the second cycle');
+is($mixed->query_safe($mixed_cycle x $cycles), join("\n", ('t|t') x $cycles),
+	'mixed ACLs: and again and again');
+ok(wait_for(sub { secure_scripts_answered(4 + 2 * $cycles) }), 'mixed ACLs: every node answered the ten cycles');
+my @mixed_refusals = secure_stat_each(qr/^cmdstat_evalsha:.*rejected_calls=(\d+)/m);
+is(join(',', @mixed_refusals), join(',', (0) x $#secure, $mixed_refused),
+	'mixed ACLs: the EVALSHA form went to no node that refused it once that was read');
+my @mixed_sha = secure_stat_each(qr/^cmdstat_evalsha:calls=(\d+)/m);
+ok(!grep({ $_ < 2 * $cycles } @mixed_sha[0 .. $#secure - 1]),
+	'mixed ACLs: the nodes that allow EVALSHA got it every cycle (' . join(',', @mixed_sha) . ')');
+$mixed->quit;
+ok(wait_for(sub { secure_exists('life:mixed') eq join(',', map { '0' } @secure) }),
+	'mixed ACLs: nothing is left locked');
+
 # a node that forgot the scripts (SCRIPT FLUSH) answers EVALSHA with
 # NOSCRIPT: the command goes again by its text, a release (must-deliver,
 # kept by its text) also when its round no longer waits for that node

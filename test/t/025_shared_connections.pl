@@ -21,6 +21,8 @@
 # - always, and a database whose redlock.nodes differs from the server's
 #   (the same nodes in another order, three of them): its sessions keep
 #   their own connections, and their calls are granted.
+# - always, a session that sets another node list (the same nodes in
+#   another order): its own connections until it resets it.
 # - always, the dispatcher stopped (SIGSTOP) before it took a round: the
 #   session takes the round back after its node_timeout and runs it on its
 #   own connections, and stays there (later calls do not wait for it);
@@ -281,6 +283,36 @@ for my $d ([ 'reordered', node_list(reverse @redis) ],
 	cmp_ok($own1 - $own0, '>=', 20, 'they ran on its own connections');
 	$o->quit;
 	ok(no_keys($db, @redis), "the calls of $db left no key");
+}
+
+# --- a session that went through the dispatcher sets another node list
+# (the same nodes in another order): its calls keep to its own
+# connections (its settings are not the dispatcher's any more) until it
+# resets it, then go through the dispatcher again
+{
+	my $reordered = node_list(reverse @redis);
+	my $granted = 0;
+
+	$s->query_safe("SET redlock.nodes = '$reordered'");
+	($sh0, $own0) = rounds();
+	for my $i (1 .. 5)
+	{
+		$granted++
+		  if $s->query_safe("SELECT redlock_lock('set_nodes', 30000)") =~ /^\d+$/;
+		$s->query_safe("SELECT redlock_unlock('set_nodes')");
+	}
+	($sh1, $own1) = rounds();
+	is($granted, 5, 'SET redlock.nodes in a session: its calls are granted');
+	is($sh1 - $sh0, 0, 'and none went through the dispatcher');
+	$s->query_safe('RESET redlock.nodes');
+	ok(wait_for(sub {
+		my ($a) = rounds();
+		$s->query_safe("SELECT redlock_lock('set_nodes', 30000)");
+		$s->query_safe("SELECT redlock_unlock('set_nodes')");
+		my ($b) = rounds();
+		$b > $a;
+	}), 'RESET redlock.nodes: its calls go through the dispatcher again');
+	ok(no_keys('set_nodes', @redis), 'and left no key');
 }
 
 # --- the dispatcher stopped (SIGSTOP) before it took a round: nothing of
