@@ -144,10 +144,12 @@ $s->quit;
 # ---------- connection options ----------
 
 # with the library preloaded, a bad value in the connection options refuses
-# the connection itself (it is checked as the session starts)
+# the connection itself (it is checked as the session starts); psql gets
+# no statement on its standard input, which it may have closed by the time
+# a statement would be written there
 set_nodes_conf($pg, undef);
 reload_seen($pg);
-$err = lease_error($pg,
+(undef, undef, $err) = $pg->psql('postgres', undef,
 	connstr => $pg->connstr('postgres') . " options='-c redlock.nodes=localhost'");
 like($err, qr/FATAL:  invalid value for parameter "redlock\.nodes": "localhost"/,
 	'preloaded: a bad value in the connection options refuses the connection');
