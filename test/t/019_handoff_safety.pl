@@ -223,7 +223,7 @@ $w->{stderr} = '';
 # a call of the same session reaches the third node again: what it owes
 # the node goes first
 $w->query_safe("SELECT redlock_try_lock('c4-other', 1000)");
-ok(wait_for(sub { !leftovers('c4', $wpid) }, 3),
+ok(wait_for(sub { !leftovers('c4', $wpid) }, 20),
 	'c4: no offer or lock of the waiter is left on any node: ' . join(', ', leftovers('c4', $wpid)));
 $w->quit;
 
@@ -236,11 +236,11 @@ $_->cli('PUBLISH', 'redlock:lock:c5', '') for @redis[0, 1];
 like($w->query_safe('SELECT :got'), qr/^\d+$/, 'c5: the waiter was granted the lease');
 my $lease = lock_of($redis[0], 'c5');
 (my $lease_offer = $lease) =~ s/^./w/;
-ok(wait_for(sub { !leftovers('c5', $wpid, $lease, $lease_offer) }, 3),
+ok(wait_for(sub { !leftovers('c5', $wpid, $lease, $lease_offer) }, 20),
 	'c5: no other offer or lock of the waiter is left on any node: '
 	  . join(', ', leftovers('c5', $wpid, $lease, $lease_offer)));
 $w->query_safe("SELECT redlock_unlock('c5')");
-ok(wait_for(sub { !leftovers('c5', $wpid) }, 3),
+ok(wait_for(sub { !leftovers('c5', $wpid) }, 20),
 	'c5: after its release, nothing of the waiter is left: ' . join(', ', leftovers('c5', $wpid)));
 $w->quit;
 
