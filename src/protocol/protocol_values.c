@@ -38,6 +38,24 @@ rl_proto_wall_clock_us(void)
 }
 
 /*
+ * The random part of lock values is drawn in blocks: one pg_strong_random()
+ * call for RL_RANDOM_BLOCK / 16 values (OpenSSL's generator costs a few
+ * microseconds a call, a noticeable part of an uncontended acquire).  A
+ * block belongs to the process that drew it: a child forked after the draw
+ * (random_pid differs) draws its own, so no two processes share bytes.
+ * Bytes handed out are wiped from the block.
+ */
+#define RL_RANDOM_BLOCK		512
+static uint8 random_block[RL_RANDOM_BLOCK];
+static int	random_used = RL_RANDOM_BLOCK;
+static int	random_pid = 0;
+
+/* The holder part of this process's lock values, made once. */
+static char owner_suffix[RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN];
+static int	suffix_pid = 0;
+static Oid	suffix_db = InvalidOid;
+
+/*
  * A new lock value: 128 random bits, which make it ours alone, followed by
  * who holds it (this server's system identifier and the time it started,
  * the database and the process), so that redlock_holder() on any server can
@@ -48,16 +66,35 @@ rl_proto_wall_clock_us(void)
 void
 rl_proto_new_owner(char *owner)
 {
-	uint8		bytes[RL_OWNER_RANDOM_LEN / 2];
+	const int	n = RL_OWNER_RANDOM_LEN / 2;
 
-	if (!pg_strong_random(bytes, sizeof(bytes)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate a random lease owner")));
-	hex_encode((const char *) bytes, sizeof(bytes), owner);
-	snprintf(owner + RL_OWNER_RANDOM_LEN, RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN,
-			 ":" UINT64_FORMAT ":" INT64_FORMAT ":%u:%d",
-			 GetSystemIdentifier(), (int64) PgStartTime, MyDatabaseId, MyProcPid);
+	StaticAssertStmt(RL_RANDOM_BLOCK % (RL_OWNER_RANDOM_LEN / 2) == 0,
+					 "a block holds whole random parts");
+	if (random_pid != MyProcPid || random_used + n > RL_RANDOM_BLOCK)
+	{
+		random_pid = 0;
+		if (!pg_strong_random(random_block, sizeof(random_block)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not generate a random lease owner")));
+		random_used = 0;
+		random_pid = MyProcPid;
+	}
+	hex_encode((const char *) random_block + random_used, n, owner);
+	explicit_bzero(random_block + random_used, n);
+	random_used += n;
+
+	if (suffix_pid != MyProcPid || suffix_db != MyDatabaseId)
+	{
+		snprintf(owner_suffix, sizeof(owner_suffix),
+				 ":" UINT64_FORMAT ":" INT64_FORMAT ":%u:%d",
+				 GetSystemIdentifier(), (int64) PgStartTime, MyDatabaseId,
+				 MyProcPid);
+		suffix_pid = MyProcPid;
+		suffix_db = MyDatabaseId;
+	}
+	strlcpy(owner + RL_OWNER_RANDOM_LEN, owner_suffix,
+			RL_OWNER_LEN + 1 - RL_OWNER_RANDOM_LEN);
 }
 
 /*
