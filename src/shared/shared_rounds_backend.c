@@ -7,7 +7,8 @@
  *
  * A backend is in one of two modes, kept as long as it can so that its
  * commands reach each node in the order sent: its own connections, or the
- * shared ones.  It counts itself in rounds_in_flight for each round, and
+ * shared ones.  It counts itself in rounds_in_flight for each round (until
+ * the round ends, or an error ends it and the transaction aborts), and
  * takes the shared connections only while RL_SHARED_MIN_OTHERS other
  * rounds are under way, the round can go there, and its own connections
  * owe nothing; it comes back once every round it handed over is done and
@@ -27,6 +28,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -55,6 +57,26 @@ static void
 backend_exit(int code, Datum arg)
 {
 	uncount();
+}
+
+/*
+ * A round ended by an error (a cancel, statement_timeout) is no longer
+ * under way once its (sub)transaction aborts: uncount it then, or the
+ * session, idle, would count as busy to the others until its next round.
+ */
+static void
+shared_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		uncount();
+}
+
+static void
+shared_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		uncount();
 }
 
 static uint32
@@ -367,10 +389,12 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 		if (req->nothrow)
 			return false;		/* commit, abort or exit: nothing to set up */
 		before_shmem_exit(backend_exit, (Datum) 0);
+		RegisterXactCallback(shared_xact_callback, NULL);
+		RegisterSubXactCallback(shared_subxact_callback, NULL);
 		exit_registered = true;
 	}
 
-	/* a round ended by an error is still counted: not twice */
+	/* counted still if an error ended the last round before its abort */
 	if (counted)
 	{
 		others = pg_atomic_read_u32(&rl_shared->rounds_in_flight);

@@ -40,6 +40,10 @@
 #   granted.
 # - always, a release of more leases than a slot holds (unlock_all of 40):
 #   it runs on the session's own connections and releases them all.
+# - two sessions whose release statement_timeout ended while it waited for
+#   the dispatcher (always, three nodes paused), idle since, do not count as
+#   rounds under way: back in auto, a new session alone keeps its own
+#   connections.
 use strict;
 use warnings FATAL => 'all';
 
@@ -480,6 +484,50 @@ ok(wait_for(sub {
 }), 'the session\'s calls go through the dispatcher again');
 
 ok(no_keys('*', @redis), 'no lock key is left on any node');
+
+# --- two sessions whose round statement_timeout ended while it waited for
+# the dispatcher (always, three nodes paused), idle since, are not rounds
+# under way: back in auto, a new session alone keeps its own connections
+my @idle = map { long_session($pg) } 1 .. 2;
+for my $i (0 .. 1)
+{
+	like($idle[$i]->query_safe("SELECT redlock_lock('err:$i', 30000)"),
+		qr/^\d+$/, "idle session $i holds a lease");
+}
+$_->pause for @redis[0 .. 2];
+for my $i (0 .. 1)
+{
+	$idle[$i]->query("SET statement_timeout = '300ms'");
+	$idle[$i]->{stderr} = '';
+	$idle[$i]->query("SELECT redlock_unlock('err:$i')");
+	like($idle[$i]->{stderr}, qr/canceling statement due to statement timeout/,
+		"statement_timeout ended idle session ${i}'s release in the dispatcher");
+	$idle[$i]->{stderr} = '';
+	$idle[$i]->query_safe('RESET statement_timeout');
+}
+$_->resume for @redis[0 .. 2];
+$pg->append_conf('postgresql.conf', "redlock.shared_connections = auto\n");
+reload_seen($pg, $s);
+
+# a new session: its connections owe nothing, so it would move at its first
+# round if the two counted as busy
+my $fresh = long_session($pg);
+($sh0, $own0) = rounds();
+for my $i (1 .. 20)
+{
+	$fresh->query_safe("SELECT redlock_try_lock('solo', 30000)");
+	$fresh->query_safe("SELECT redlock_unlock('solo')");
+}
+($sh1, $own1) = rounds();
+is($sh1 - $sh0, 0,
+	'beside two idle sessions whose rounds an error ended, a new session alone keeps its own connections');
+$fresh->quit;
+for my $i (0 .. 1)
+{
+	$idle[$i]->query_safe('SELECT redlock_unlock_all()');
+	$idle[$i]->quit;
+}
+ok(wait_for(sub { no_keys('*', @redis) }), 'and no lock key is left on any node');
 
 $s->quit;
 nothing_crashed($pg, $pm_start);
