@@ -225,6 +225,7 @@ extern int	script_by_sha(RlNode *node, const RlRequest *req);
 extern bool script_sha_form(const RlRequest *req, int s, const char *eval,
 							int evallen, char **shacmd, int *shalen);
 extern bool script_refused(RlNode *node, const redisReply *reply);
+extern uint32_t *script_command_slot(const RlRequest *req);
 extern void script_forget_all(RlNode *node);
 
 /* node_queue.c: commands queued, replies owed, must-deliver commands kept */

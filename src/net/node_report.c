@@ -189,20 +189,24 @@ report_failure(const RlNode *node, RlNodeOutcome kind, int64_t began_us)
 	ev.began_us = began_us;
 	ev.error = node->last_error;
 	ev.hint = node->last_hint;
-	health_hook(&ev);
+	health_hook(&ev, 1);
 }
 
 /*
  * Which command a request sends, as a number: FNV-1a over its first two
  * words (for EVAL, the script itself), never 0.  A failure of one command
  * (a script that writes, refused with OOM) is not undone by the success of
- * another (a release, which deletes).
+ * another (a release, which deletes).  A static script's number is
+ * computed once, and kept with the script (node_script.c).
  */
 static uint32_t
 command_of(const RlRequest *req)
 {
 	uint32_t	hash = 2166136261u;
+	uint32_t   *kept = script_command_slot(req);
 
+	if (kept != NULL && *kept != 0)
+		return *kept;
 	for (int a = 0; a < Min(req->argc, 2); a++)
 	{
 		for (size_t i = 0; i < req->argvlen[a]; i++)
@@ -213,7 +217,11 @@ command_of(const RlRequest *req)
 		hash ^= ' ';
 		hash *= 16777619u;
 	}
-	return hash != 0 ? hash : 1;
+	if (hash == 0)
+		hash = 1;
+	if (kept != NULL)
+		*kept = hash;
+	return hash;
 }
 
 /*
@@ -226,7 +234,8 @@ command_of(const RlRequest *req)
 void
 report_round(const RlRequest *req)
 {
-	RlNodeEvent ev;
+	RlNodeEvent evs[RL_MAX_NODES];
+	int			n = 0;
 	uint32_t	command;
 
 	if (health_hook == NULL)
@@ -235,22 +244,25 @@ report_round(const RlRequest *req)
 	for (int i = 0; i < req->nnodes; i++)
 	{
 		const RlNodeResult *res = &req->results[i];
+		RlNodeEvent *ev = &evs[n];
 
 		if (req->skip[i] || res->asked_us == 0)
 			continue;
-		memset(&ev, 0, sizeof(ev));
-		ev.node = rl_nodes[i].name;
-		ev.request = true;
-		ev.began_us = res->asked_us;
-		ev.command = command;
+		memset(ev, 0, sizeof(*ev));
+		ev->node = rl_nodes[i].name;
+		ev->request = true;
+		ev->began_us = res->asked_us;
+		ev->command = command;
 		if (res->vote == RL_VOTE_YES || res->vote == RL_VOTE_NO)
-			ev.outcome = RL_OUTCOME_SUCCESS;
+			ev->outcome = RL_OUTCOME_SUCCESS;
 		else if (res->vote == RL_VOTE_FAILED)
 		{
-			ev.outcome = res->outcome;
-			ev.error = res->detail;
-			ev.hint = res->hint != NULL ? res->hint : report_text_hint(res->detail);
+			ev->outcome = res->outcome;
+			ev->error = res->detail;
+			ev->hint = result_hint(res);
 		}
-		health_hook(&ev);
+		n++;
 	}
+	if (n > 0)
+		health_hook(evs, n);
 }

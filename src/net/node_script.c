@@ -56,6 +56,8 @@ typedef struct RlScript
 	int			eval_head_len;
 	char		sha_head[64];
 	int			sha_head_len;
+	uint32_t	command;		/* its number for the health record
+								 * (node_report.c), once known; 0 before */
 } RlScript;
 
 static RlScript rl_scripts[RL_MAX_SCRIPTS];
@@ -105,6 +107,7 @@ script_index(const char *text, size_t len)
 	s = &rl_scripts[rl_nscripts];
 	s->text = text;
 	s->len = len;
+	s->command = 0;
 	s->hashed = EVP_Digest(text, len, md, &mdlen, EVP_sha1(), NULL) == 1 &&
 		mdlen == 20;
 	s->sha[40] = '\0';
@@ -142,6 +145,22 @@ script_by_sha(RlNode *node, const RlRequest *req)
 		return -1;
 	}
 	return s;
+}
+
+/*
+ * Where the number that names a static script's command is kept
+ * (node_report.c computes it once per script, not per round); NULL for a
+ * request whose script is not known by its address.
+ */
+uint32_t *
+script_command_slot(const RlRequest *req)
+{
+	int			s;
+
+	if (!req->static_script || req->argc < 2)
+		return NULL;
+	s = script_index(req->argv[1], req->argvlen[1]);
+	return s >= 0 ? &rl_scripts[s].command : NULL;
 }
 
 /*

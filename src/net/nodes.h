@@ -289,7 +289,7 @@ extern bool rl_sightings_record(RlSighting *table, const char *node,
  * The health of the nodes across the server: a higher layer that keeps it
  * (shared/health_memory.c, with shared_preload_libraries) registers a
  * hook, and is told the outcome of every request to a node, at the end of
- * its round, and every failure of a node outside a request (a pub/sub
+ * its round (all the round's nodes in one call), and every failure of a node outside a request (a pub/sub
  * connection lost, a connect that failed after its round).  The hook
  * raises nothing: it runs on commit, abort and exit paths too.  While a
  * hook is registered, the node layer leaves the log to it: the per-backend
@@ -309,7 +309,8 @@ typedef struct RlNodeEvent
 	const char *hint;			/* what is likely wrong, or NULL */
 } RlNodeEvent;
 
-typedef void (*RlHealthHook) (const RlNodeEvent *event);
+/* the events of one round (one per node asked), or a single failure */
+typedef void (*RlHealthHook) (const RlNodeEvent *events, int nevents);
 extern void rl_nodes_set_health_hook(RlHealthHook hook);
 
 /*

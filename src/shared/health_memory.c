@@ -100,11 +100,11 @@ take_entry(const char *node, TimestampTz now)
  */
 static int
 take_event(RlNodeHealth *h, const RlNodeEvent *ev, TimestampTz now,
-		   TimestampTz *since)
+		   int64 now_us, TimestampTz *since)
 {
 	uint32		command;
 
-	h->heard_us = rl_now_us();
+	h->heard_us = now_us;
 	if (ev->request)
 		h->requests++;
 	if (ev->outcome == RL_OUTCOME_SUCCESS)
@@ -152,43 +152,81 @@ take_event(RlNodeHealth *h, const RlNodeEvent *ev, TimestampTz now,
 	return 1;
 }
 
-/* The health hook: what a request to a node, or a connection, met. */
+/*
+ * The health hook: what the requests of one round met on its nodes, or
+ * what a connection met.  One clock reading and one pass under the LWLock
+ * for all of them; the log lines are written after.
+ */
 static void
-health_event(const RlNodeEvent *ev)
+health_events(const RlNodeEvent *evs, int nevents)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz since = 0;
-	RlHealthEntry *e;
-	int			change;
+	int64		now_us = rl_now_us();
+	RlHealthEntry *entries[RL_MAX_NODES];
+	TimestampTz since[RL_MAX_NODES];
+	int			change[RL_MAX_NODES];
+	bool		missing = false;
 
-	if (!ev->request && ev->outcome == RL_OUTCOME_NONE)
-		return;
-	LWLockAcquire(health->lock, LW_SHARED);
-	e = find_entry(ev->node);
-	if (e == NULL)
+	if (nevents > RL_MAX_NODES)
 	{
+		/* more than a round has: in parts */
+		health_events(evs + RL_MAX_NODES, nevents - RL_MAX_NODES);
+		nevents = RL_MAX_NODES;
+	}
+
+	LWLockAcquire(health->lock, LW_SHARED);
+	for (int i = 0; i < nevents; i++)
+	{
+		entries[i] = NULL;
+		if (!evs[i].request && evs[i].outcome == RL_OUTCOME_NONE)
+			continue;
+		entries[i] = find_entry(evs[i].node);
+		if (entries[i] == NULL)
+			missing = true;
+	}
+	if (missing)
+	{
+		/* a node not in the table: take entries under the lock held alone */
 		LWLockRelease(health->lock);
 		LWLockAcquire(health->lock, LW_EXCLUSIVE);
-		e = find_entry(ev->node);
-		if (e == NULL)
-			e = take_entry(ev->node, now);
+		for (int i = 0; i < nevents; i++)
+		{
+			if (!evs[i].request && evs[i].outcome == RL_OUTCOME_NONE)
+				continue;
+			entries[i] = find_entry(evs[i].node);
+			if (entries[i] == NULL)
+				entries[i] = take_entry(evs[i].node, now);
+		}
 	}
-	SpinLockAcquire(&e->mutex);
-	change = take_event(&e->h, ev, now, &since);
-	SpinLockRelease(&e->mutex);
+	for (int i = 0; i < nevents; i++)
+	{
+		RlHealthEntry *e = entries[i];
+
+		change[i] = 0;
+		if (e == NULL)
+			continue;
+		SpinLockAcquire(&e->mutex);
+		change[i] = take_event(&e->h, &evs[i], now, now_us, &since[i]);
+		SpinLockRelease(&e->mutex);
+	}
 	LWLockRelease(health->lock);
 
 	/* one line per transition for the whole server */
-	if (change > 0)
-		ereport(LOG,
-				(errmsg("Redis node %s is failing: %s", ev->node,
-						ev->error != NULL ? ev->error : "(no detail)"),
-				 ev->hint != NULL ? errhint("%s", ev->hint) : 0));
-	else if (change < 0)
-		ereport(LOG,
-				(errmsg("Redis node %s is healthy again", ev->node),
-				 errdetail("It had been failing since %s.",
-						   timestamptz_to_str(since))));
+	for (int i = 0; i < nevents; i++)
+	{
+		const RlNodeEvent *ev = &evs[i];
+
+		if (change[i] > 0)
+			ereport(LOG,
+					(errmsg("Redis node %s is failing: %s", ev->node,
+							ev->error != NULL ? ev->error : "(no detail)"),
+					 ev->hint != NULL ? errhint("%s", ev->hint) : 0));
+		else if (change[i] < 0)
+			ereport(LOG,
+					(errmsg("Redis node %s is healthy again", ev->node),
+					 errdetail("It had been failing since %s.",
+							   timestamptz_to_str(since[i]))));
+	}
 }
 
 /* Is the health of the nodes kept (shared_preload_libraries)? */
@@ -250,7 +288,7 @@ health_shmem_startup(void)
 			SpinLockInit(&health->entries[i].mutex);
 	}
 	LWLockRelease(AddinShmemInitLock);
-	rl_nodes_set_health_hook(health_event);
+	rl_nodes_set_health_hook(health_events);
 }
 
 /* _PG_init: with shared_preload_libraries, keep the nodes' health */
