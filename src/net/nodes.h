@@ -289,8 +289,9 @@ extern bool rl_sightings_record(RlSighting *table, const char *node,
  * The health of the nodes across the server: a higher layer that keeps it
  * (shared/health_memory.c, with shared_preload_libraries) registers a
  * hook, and is told the outcome of every request to a node, at the end of
- * its round (all the round's nodes in one call), and every failure of a node outside a request (a pub/sub
- * connection lost, a connect that failed after its round).  The hook
+ * its round (all the round's nodes in one call), and every failure of a
+ * node outside a request (a pub/sub connection lost, a connect that failed
+ * after its round).  The hook
  * raises nothing: it runs on commit, abort and exit paths too.  While a
  * hook is registered, the node layer leaves the log to it: the per-backend
  * lines "stopped answering" and "answering again" are for a backend alone.

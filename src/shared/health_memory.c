@@ -165,6 +165,7 @@ health_events(const RlNodeEvent *evs, int nevents)
 	RlHealthEntry *entries[RL_MAX_NODES];
 	TimestampTz since[RL_MAX_NODES];
 	int			change[RL_MAX_NODES];
+	bool		wanted[RL_MAX_NODES];
 	bool		missing = false;
 
 	if (nevents > RL_MAX_NODES)
@@ -174,14 +175,15 @@ health_events(const RlNodeEvent *evs, int nevents)
 		nevents = RL_MAX_NODES;
 	}
 
+	/* nothing to record: no request, and a connection that did not fail */
+	for (int i = 0; i < nevents; i++)
+		wanted[i] = evs[i].request || evs[i].outcome != RL_OUTCOME_NONE;
+
 	LWLockAcquire(health->lock, LW_SHARED);
 	for (int i = 0; i < nevents; i++)
 	{
-		entries[i] = NULL;
-		if (!evs[i].request && evs[i].outcome == RL_OUTCOME_NONE)
-			continue;
-		entries[i] = find_entry(evs[i].node);
-		if (entries[i] == NULL)
+		entries[i] = wanted[i] ? find_entry(evs[i].node) : NULL;
+		if (wanted[i] && entries[i] == NULL)
 			missing = true;
 	}
 	if (missing)
@@ -191,7 +193,7 @@ health_events(const RlNodeEvent *evs, int nevents)
 		LWLockAcquire(health->lock, LW_EXCLUSIVE);
 		for (int i = 0; i < nevents; i++)
 		{
-			if (!evs[i].request && evs[i].outcome == RL_OUTCOME_NONE)
+			if (!wanted[i])
 				continue;
 			entries[i] = find_entry(evs[i].node);
 			if (entries[i] == NULL)
