@@ -3,9 +3,10 @@
 # cannot drift from what is tested here.
 #
 #   jobs    README_WORKERS sessions (default 6) claim README_JOBS jobs
-#           (default 40) at once; each loops claim -> record the run in a
-#           side table -> mark done under the token -> unlock, until no job
-#           is left.  Every job must have run exactly once.
+#           (default 40) at once; each loops claim -> work (20 ms) and
+#           record the run in a side table -> mark done under the token ->
+#           unlock, until no job is left.  Every job must have run exactly
+#           once, and more than one worker must have run jobs.
 #   leader  the same number of sessions ask to lead the same run, again and
 #           again (README_LEADER_CALLS times each, default 25).  Exactly one
 #           call must have led it.
@@ -98,7 +99,10 @@ BEGIN
             PERFORM pg_sleep(0.01);
             CONTINUE;
         END IF;
-        INSERT INTO job_runs VALUES (j, me, t);     -- the work
+        -- the work: 20 ms, so that one worker alone would need 800 ms for
+        -- 40 jobs, far longer than the others need to claim their first
+        PERFORM pg_sleep(0.02);
+        INSERT INTO job_runs VALUES (j, me, t);
         COMMIT;
         UPDATE jobs SET state = 'done', result = 'ok', fence_token = t WHERE id = j;
         COMMIT;
@@ -121,7 +125,11 @@ is($pg->safe_psql('postgres', 'SELECT count(DISTINCT job) FROM job_runs'),
 	$pg->safe_psql('postgres', 'SELECT count(*) FROM jobs'),
 	'every job ran');
 cmp_ok($pg->safe_psql('postgres', 'SELECT count(DISTINCT worker) FROM job_runs'),
-	'>', 1, 'the jobs were shared among the workers');
+	'>', 1, 'the jobs were shared among the workers')
+  or diag('jobs run per worker: ',
+	$pg->safe_psql('postgres',
+		q{SELECT string_agg(format('%s: %s', worker, n), ', ' ORDER BY worker)
+  FROM (SELECT worker, count(*) AS n FROM job_runs GROUP BY worker) w}));
 no_lease_left('job:', 'jobs');
 
 # ---------- leader: README "Leader election for a periodic task"
