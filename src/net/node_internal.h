@@ -222,8 +222,8 @@ extern long resolve_timeout_ms(long max_ms);
 
 /* node_script.c: scripts sent by their SHA1 */
 extern int	script_by_sha(RlNode *node, const RlRequest *req);
-extern bool script_sha_form(const RlRequest *req, int s, const char *eval,
-							int evallen, char **shacmd, int *shalen);
+extern int	script_sha_form(const RlRequest *req, int s, char **buf, int *cap);
+extern char *script_eval_form(const char *shacmd, int shalen, int *evallen);
 extern bool script_refused(RlNode *node, const redisReply *reply);
 extern uint32_t *script_command_slot(const RlRequest *req);
 extern void script_forget_all(RlNode *node);

@@ -279,27 +279,31 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 /*
  * The node refused an EVALSHA whose reply was owed with tag
  * (script_refused): send the command again by its text, owing the same
- * tag.  kept is its text if it is must-deliver (taken over), NULL if not:
- * then it is sent again only while its round still waits for it (req).
- * False when nothing was sent again.
+ * tag.  kept is its EVALSHA form if it is must-deliver (still the
+ * caller's), NULL if not: then it is sent again only while its round still
+ * waits for it (req), as also when its text cannot be made (out of
+ * memory).  False when nothing was sent again.
  */
 static bool
-resend_by_text(RlNode *node, RlRequest *req, uint64_t tag, char *kept,
+resend_by_text(RlNode *node, RlRequest *req, uint64_t tag, const char *kept,
 			   int kept_len)
 {
 	int			idx = node - rl_nodes;
 	int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
+	char	   *text;
+	int			textlen;
 
-	if (kept != NULL)
+	if (kept != NULL &&
+		(text = script_eval_form(kept, kept_len, &textlen)) != NULL)
 	{
-		if (node->owed_count < RL_MAX_OWED && sock_append(node, kept, kept_len))
+		if (node->owed_count < RL_MAX_OWED && sock_append(node, text, textlen))
 		{
 			(void) queue_owe(node, tag);
-			node->owed_cmd[slot] = kept;
-			node->owed_cmd_len[slot] = kept_len;
+			node->owed_cmd[slot] = text;
+			node->owed_cmd_len[slot] = textlen;
 		}
 		else
-			queue_keep_text(node, kept, kept_len);	/* for the next connection */
+			queue_keep_text(node, text, textlen);	/* for the next connection */
 		return true;
 	}
 	req = round_request(req, tag);
@@ -409,7 +413,9 @@ pipeline_read(RlNode *node, RlRequest *req, char *lost, size_t lostlen)
 
 		if (by_sha && script_refused(node, reply) &&
 			resend_by_text(node, req, tag, kept, kept_len))
-			kept = NULL;		/* sent again, or kept: its answer is to come */
+		{
+			/* sent again by its text, or kept so: its answer is to come */
+		}
 		else if (tag == RL_TAG_AUTH)
 		{
 			if (reply->type == REDIS_REPLY_ERROR)

@@ -19,13 +19,17 @@
  * when too many pile up.  Kept commands live in malloc'd memory, like the
  * output buffer: nothing here allocates with palloc on the no-throw paths.
  *
- * A round sends one command to every node: it is formatted once, when the
- * round is dispatched (queue_format_begin), its EVALSHA form too once a
- * node sends it so, and both are reused for every node and freed when the
- * dispatch is done (queue_format_end).  A node that keeps the command
- * gets a copy of its own.  A request queued again later (a connection
- * reopened under it, an EVALSHA refused, the nodes in backoff asked after
- * all) is formatted again then.
+ * A round sends one command to every node: each form of it (its text, its
+ * EVALSHA form) is formatted once, when the first node of the dispatch
+ * (queue_format_begin .. queue_format_end) sends it so, and reused for the
+ * others; a round that goes by SHA1 everywhere never formats the text.
+ * The EVALSHA form is built in a buffer kept from round to round.  A node
+ * that keeps a must-deliver command gets a copy of its own, of the form it
+ * was sent in (the EVALSHA form is about 200 bytes, the text of the release
+ * script 1.6 kB); one kept by its EVALSHA form goes by its text again
+ * (script_eval_form) when the node refuses it or the connection is lost.
+ * A request queued again later (a connection reopened under it, an EVALSHA
+ * refused, the nodes in backoff asked after all) is formatted again then.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,34 +37,61 @@
 
 #include "net/node_internal.h"
 
+/*
+ * A copy of a formatted command, for a node to keep; malloc'd as hiredis
+ * allocates (redlock never replaces its allocator), so that
+ * redisFreeCommand frees every kept command alike.  NULL: out of memory.
+ */
+static char *
+copy_command(const char *cmd, int len)
+{
+	char	   *copy = malloc(len);
+
+	if (copy != NULL)
+		memcpy(copy, cmd, len);
+	return copy;
+}
+
 /* A request's command, formatted */
 typedef struct RlFormatted
 {
 	const RlRequest *req;		/* whose; NULL: none */
-	char	   *cmd;			/* by hiredis (redisFreeCommand); NULL until
-								 * formatted */
+	char	   *cmd;			/* its text, by hiredis (redisFreeCommand);
+								 * NULL until formatted */
 	int			len;
-	char	   *shacmd;			/* its EVALSHA form (free()), or NULL */
-	int			shalen;
-	bool		sha_tried;		/* shacmd was built, or cannot be */
+	char	   *shacmd;			/* its EVALSHA form (free()); the dispatch's
+								 * buffer is kept from round to round */
+	int			shacap;
+	int			shalen;			/* -1: not formatted (or cannot be) */
+	bool		sha_tried;
 } RlFormatted;
 
+#define RL_FORMATTED_INIT	{NULL, NULL, 0, NULL, 0, -1, false}
+
 /* the request being dispatched to its nodes */
-static RlFormatted dispatching;
+static RlFormatted dispatching = RL_FORMATTED_INIT;
 
 static void
 formatted_free(RlFormatted *f)
 {
 	if (f->cmd != NULL)
 		redisFreeCommand(f->cmd);
-	free(f->shacmd);
-	memset(f, 0, sizeof(*f));
+	f->req = NULL;
+	f->cmd = NULL;
+	f->len = 0;
+	f->shalen = -1;
+	f->sha_tried = false;
+	if (f != &dispatching)
+	{
+		free(f->shacmd);
+		f->shacmd = NULL;
+		f->shacap = 0;
+	}
 }
 
 /*
- * The request's formatted command: the one of the dispatch, or own (empty)
- * for a request queued outside its dispatch.  NULL when it could not be
- * formatted.
+ * The request's formatted commands: the dispatch's, or own (empty) for a
+ * request queued outside its dispatch.  Nothing is formatted yet.
  */
 static RlFormatted *
 formatted_of(const RlRequest *req, RlFormatted *own)
@@ -68,22 +99,54 @@ formatted_of(const RlRequest *req, RlFormatted *own)
 	RlFormatted *f = dispatching.req == req ? &dispatching : own;
 
 	f->req = req;
+	return f;
+}
+
+/* Its text, formatted once.  False when it could not be. */
+static bool
+formatted_text(RlFormatted *f)
+{
 	if (f->cmd == NULL)
 	{
 		char	   *cmd = NULL;
 		int			len;
 
-		len = redisFormatCommandArgv(&cmd, req->argc, req->argv, req->argvlen);
+		len = redisFormatCommandArgv(&cmd, f->req->argc, f->req->argv,
+									 f->req->argvlen);
 		if (len <= 0)
-			return NULL;
+			return false;
 		f->cmd = cmd;
 		f->len = len;
 	}
-	return f;
+	return true;
+}
+
+/* Its EVALSHA form for script (script_by_sha), formatted once.  False: none. */
+static bool
+formatted_sha(RlFormatted *f, int script)
+{
+	if (!f->sha_tried)
+	{
+		f->sha_tried = true;
+		f->shalen = script_sha_form(f->req, script, &f->shacmd, &f->shacap);
+	}
+	return f->shalen > 0;
 }
 
 /*
- * The formatted command, for a node to keep (redisFreeCommand): own's is
+ * Whether the request goes to this node by its EVALSHA form (formatted
+ * then): the connection ran its script before (script_by_sha).
+ */
+static bool
+formatted_sha_for(RlFormatted *f, RlNode *node)
+{
+	int			script = script_by_sha(node, f->req);
+
+	return script >= 0 && formatted_sha(f, script);
+}
+
+/*
+ * The formatted text, for a node to keep (redisFreeCommand): own's is
  * taken over, the dispatch's copied.  NULL when out of memory.
  */
 static char *
@@ -97,11 +160,7 @@ formatted_take(RlFormatted *f, RlFormatted *own)
 		f->cmd = NULL;
 		return cmd;
 	}
-	/* malloc'd as hiredis allocates (redlock never replaces its allocator) */
-	cmd = malloc(f->len);
-	if (cmd != NULL)
-		memcpy(cmd, f->cmd, f->len);
-	return cmd;
+	return copy_command(f->cmd, f->len);
 }
 
 /* The request is dispatched to its nodes: format it once for all. */
@@ -167,16 +226,39 @@ queue_keep_text(RlNode *node, char *cmd, int len)
 void
 queue_keep(RlNode *node, const RlRequest *req)
 {
-	RlFormatted own = {0};
+	RlFormatted own = RL_FORMATTED_INIT;
 	RlFormatted *f = formatted_of(req, &own);
 	char	   *cmd;
 
-	if (f == NULL)
-		return;
-	cmd = formatted_take(f, &own);
-	if (cmd != NULL)
-		queue_keep_text(node, cmd, f->len);
+	if (formatted_text(f))
+	{
+		cmd = formatted_take(f, &own);
+		if (cmd != NULL)
+			queue_keep_text(node, cmd, f->len);
+	}
 	formatted_free(&own);
+}
+
+/*
+ * Keep a must-deliver command a connection owed a reply to, taking
+ * ownership: by its text (a new connection may not have the script), and
+ * dropped when out of memory.
+ */
+static void
+queue_keep_owed(RlNode *node, char *cmd, int len, bool by_sha)
+{
+	if (by_sha)
+	{
+		int			evallen;
+		char	   *eval = script_eval_form(cmd, len, &evallen);
+
+		redisFreeCommand(cmd);
+		if (eval == NULL)
+			return;
+		cmd = eval;
+		len = evallen;
+	}
+	queue_keep_text(node, cmd, len);
 }
 
 /* The connection is gone: keep the must-deliver commands it owed replies to. */
@@ -188,7 +270,8 @@ queue_requeue_owed(RlNode *node)
 		int			slot = (node->owed_head + i) % RL_MAX_OWED;
 
 		if (node->owed_cmd[slot] != NULL)
-			queue_keep_text(node, node->owed_cmd[slot], node->owed_cmd_len[slot]);
+			queue_keep_owed(node, node->owed_cmd[slot],
+							node->owed_cmd_len[slot], node->owed_by_sha[slot]);
 		node->owed_cmd[slot] = NULL;
 	}
 	node->owed_head = 0;
@@ -234,29 +317,23 @@ queue_forget_kept(RlNode *node)
 /*
  * Append the request to the node's connection, owing a reply tagged tag.
  * A script the connection ran before goes as EVALSHA (node_script.c); a
- * must-deliver command is kept by its text all the same, which any
- * connection can run.
+ * must-deliver command is kept in the form it was sent in.
  */
 bool
 queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
 {
-	RlFormatted own = {0};
+	RlFormatted own = RL_FORMATTED_INIT;
 	RlFormatted *f = formatted_of(req, &own);
-	const char *text;
+	const char *out;
 	int			len;
 	int			slot;
-	int			script;
 	char	   *kept = NULL;
 	bool		by_sha;
 	bool		ok;
 
-	if (f == NULL)
-		return false;
-	text = f->cmd;
-	len = f->len;
 	if (req->no_reply)
 	{
-		ok = sock_append(node, text, len);
+		ok = formatted_text(f) && sock_append(node, f->cmd, f->len);
 		formatted_free(&own);
 		return ok;
 	}
@@ -266,26 +343,25 @@ queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
 		return false;
 	}
 	slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
-	script = script_by_sha(node, req);
-	if (script >= 0 && !f->sha_tried)
+	by_sha = formatted_sha_for(f, node);
+	if (!by_sha && !formatted_text(f))
 	{
-		f->sha_tried = true;
-		(void) script_sha_form(req, script, f->cmd, f->len, &f->shacmd,
-							   &f->shalen);
+		formatted_free(&own);
+		return false;
 	}
-	by_sha = script >= 0 && f->shacmd != NULL;
+	out = by_sha ? f->shacmd : f->cmd;
+	len = by_sha ? f->shalen : f->len;
 	if (req->must_deliver)
 	{
-		/* text stays valid: kept is it (own's) or a copy (the dispatch's) */
-		kept = formatted_take(f, &own);
+		/* out stays valid: kept is it (own's text) or a copy */
+		kept = by_sha ? copy_command(out, len) : formatted_take(f, &own);
 		if (kept == NULL)
 		{
 			formatted_free(&own);
 			return false;
 		}
 	}
-	ok = by_sha ? sock_append(node, f->shacmd, f->shalen) :
-		sock_append(node, text, len);
+	ok = sock_append(node, out, len);
 	if (!ok)
 	{
 		if (kept != NULL)

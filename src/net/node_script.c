@@ -25,8 +25,12 @@
  *
  * Which form goes to a node is decided for each connection
  * (script_by_sha); the EVALSHA form itself is the same for every node, and
- * is built once per round (script_sha_form, called by node_queue.c) from
- * heads built once per script.
+ * is built once per round (script_sha_form, called by node_queue.c)
+ * straight from the request's arguments and heads built once per script:
+ * a round that goes by SHA1 everywhere never formats the script's text.
+ * A must-deliver command sent so is kept in that form too, and turned back
+ * into its text (script_eval_form) only when a node refused it or a new
+ * connection is to get it.
  *
  * Nothing here raises or uses palloc: commands are formatted on the
  * commit, abort and exit paths too.
@@ -163,45 +167,111 @@ script_command_slot(const RlRequest *req)
 	return s >= 0 ? &rl_scripts[s].command : NULL;
 }
 
+/* "*argc" and its CRLF into star (MAXINT8LEN + 3 bytes); returns its length */
+static int
+multibulk_head(char *star, int argc)
+{
+	int			len = 0;
+
+	PUT_LITERAL(star, &len, "*");
+	len += pg_ultoa_n((uint32) argc, star + len);
+	PUT_LITERAL(star, &len, "\r\n");
+	return len;
+}
+
 /*
- * The EVALSHA form of the request, formatted by hiredis as eval (its EVAL
- * form), for script s (script_by_sha): the same for every node that sends
- * it so.  Returns true with it in *shacmd (malloc'd, freed with free())
- * and *shalen; false when eval is not formatted as expected (it goes by
- * its text) or out of memory.
+ * The EVALSHA form of the request, for script s (script_by_sha): the same
+ * for every node that sends it so.  Formatted straight from its arguments
+ * (the EVAL form, with the script's whole text, is not needed for it) into
+ * *buf, of *cap bytes, grown with realloc when too small (buf stays the
+ * caller's to free()).  Returns its length, or -1 when it cannot be built
+ * (out of memory): the request then goes by its text.
  */
-bool
-script_sha_form(const RlRequest *req, int s, const char *eval, int evallen,
-				char **shacmd, int *shalen)
+int
+script_sha_form(const RlRequest *req, int s, char **buf, int *cap)
 {
 	const RlScript *script;
-	char		star[MAXINT8LEN + 3];	/* "*argc" and its CRLF */
-	int			starlen = 0;
-	size_t		skip;
+	char		star[MAXINT8LEN + 3];
+	int			starlen;
+	size_t		need;
+	int			len;
 	char	   *out;
 
 	if (s < 0 || s >= rl_nscripts || !rl_scripts[s].hashed || req->argc < 2 ||
 		req->argvlen[1] != rl_scripts[s].len)
-		return false;
+		return -1;
 	script = &rl_scripts[s];
+	starlen = multibulk_head(star, req->argc);
+	/* each argument: "$<len>" (at most MAXINT8LEN digits), CRLF, it, CRLF */
+	need = starlen + script->sha_head_len;
+	for (int i = 2; i < req->argc; i++)
+		need += 1 + MAXINT8LEN + 2 + req->argvlen[i] + 2;
+	if (need > (size_t) PG_INT32_MAX)
+		return -1;
+	if (*buf == NULL || (size_t) *cap < need)
+	{
+		size_t		grown = Max(need, 512);
+		char	   *p = realloc(*buf, grown);
 
-	/* "*argc $4 EVAL $len <script>", then the other arguments */
-	PUT_LITERAL(star, &starlen, "*");
-	starlen += pg_ultoa_n((uint32) req->argc, star + starlen);
-	PUT_LITERAL(star, &starlen, "\r\n");
-	skip = starlen + script->eval_head_len + script->len + 2;
-	if (skip > (size_t) evallen || memcmp(eval, star, starlen) != 0 ||
-		memcmp(eval + starlen, script->eval_head, script->eval_head_len) != 0)
-		return false;			/* not formatted as expected: by its text */
-	out = malloc(starlen + script->sha_head_len + (evallen - skip));
-	if (out == NULL)
-		return false;
-	memcpy(out, star, starlen);
-	memcpy(out + starlen, script->sha_head, script->sha_head_len);
-	memcpy(out + starlen + script->sha_head_len, eval + skip, evallen - skip);
-	*shacmd = out;
-	*shalen = starlen + script->sha_head_len + (int) (evallen - skip);
-	return true;
+		if (p == NULL)
+			return -1;
+		*buf = p;
+		*cap = (int) grown;
+	}
+	out = *buf;
+	len = 0;
+	put(out, &len, star, starlen);
+	put(out, &len, script->sha_head, script->sha_head_len);
+	for (int i = 2; i < req->argc; i++)
+	{
+		PUT_LITERAL(out, &len, "$");
+		len += pg_ulltoa_n((uint64) req->argvlen[i], out + len);
+		PUT_LITERAL(out, &len, "\r\n");
+		put(out, &len, req->argv[i], (int) req->argvlen[i]);
+		PUT_LITERAL(out, &len, "\r\n");
+	}
+	return len;
+}
+
+/*
+ * A command kept by its EVALSHA form (script_sha_form), by its text: for a
+ * node that refused it (NOSCRIPT, NOPERM) or a new connection, which may
+ * not have the script.  Returns it malloc'd (free()) with its length in
+ * *evallen; NULL when shacmd is not the EVALSHA form of one of our scripts,
+ * or out of memory.
+ */
+char *
+script_eval_form(const char *shacmd, int shalen, int *evallen)
+{
+	const char *head = memchr(shacmd, '\n', Min(shalen, MAXINT8LEN + 3));
+	int			starlen;
+
+	if (head == NULL)
+		return NULL;
+	starlen = head + 1 - shacmd;
+	for (int i = 0; i < rl_nscripts; i++)
+	{
+		const RlScript *script = &rl_scripts[i];
+		int			rest;
+		int			len = 0;
+		char	   *out;
+
+		if (!script->hashed || starlen + script->sha_head_len > shalen ||
+			memcmp(shacmd + starlen, script->sha_head, script->sha_head_len) != 0)
+			continue;
+		rest = shalen - starlen - script->sha_head_len;
+		out = malloc(starlen + script->eval_head_len + script->len + 2 + rest);
+		if (out == NULL)
+			return NULL;
+		put(out, &len, shacmd, starlen);
+		put(out, &len, script->eval_head, script->eval_head_len);
+		put(out, &len, script->text, (int) script->len);
+		PUT_LITERAL(out, &len, "\r\n");
+		put(out, &len, shacmd + starlen + script->sha_head_len, rest);
+		*evallen = len;
+		return out;
+	}
+	return NULL;
 }
 
 /*

@@ -231,6 +231,37 @@ for (1 .. 50)
 	usleep(20_000);
 }
 ok($replayed, 'the release it missed was replayed on reconnect');
+
+# --- the same for a release the node was sent but never answered: it
+# went by its SHA1 (the connection had run the script), the node is killed
+# while it owes the reply and comes back without the script, so the kept
+# release must go to the new connection by its text
+$replayer->query_safe("SELECT redlock_try_lock('f:replay2') > 0, redlock_unlock('f:replay2')");
+$replayer->query_safe("SELECT redlock_lock('f:replay2', 60000)");
+wait_for(sub { $durable[0]->cli('EXISTS', 'redlock:lock:f:replay2') eq '1' })
+  or die 'the lock never reached the first durable node';
+$durable[0]->cli('CONFIG', 'RESETSTAT');
+$durable[0]->pause;
+$replayer->query_safe("SELECT redlock_unlock('f:replay2')");
+# killed while stopped, so it never reads the release (kill9 continues the
+# process before it kills it)
+kill 'KILL', $durable[0]->{pid};
+$durable[0]->kill9;
+# the session's next call finds the connection gone, and keeps the release
+$replayer->query_safe("SELECT redlock_try_lock('f:replay-other3') IS NOT NULL");
+$durable[0]->start;
+is($durable[0]->cli('EXISTS', 'redlock:lock:f:replay2'), '1',
+	'owed by SHA1: the restarted node still holds the lock (AOF)');
+usleep(2_200_000);    # past the reconnect backoff
+$replayed = 0;
+for (1 .. 50)
+{
+	$replayed = 1, last
+	  if $durable[0]->cli('EXISTS', 'redlock:lock:f:replay2') eq '0';
+	$replayer->query_safe("SELECT count(*) FROM redlock_nodes");
+	usleep(20_000);
+}
+ok($replayed, 'owed by SHA1: the release was replayed by its text on reconnect');
 $replayer->quit;
 
 # --- a node in reconnect backoff is still asked when the round needs it:
