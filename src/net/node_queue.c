@@ -62,14 +62,12 @@ typedef struct RlFormatted
 	char	   *shacmd;			/* its EVALSHA form (free()); the dispatch's
 								 * buffer is kept from round to round */
 	int			shacap;
-	int			shalen;			/* -1: not formatted (or cannot be) */
-	bool		sha_tried;
+	int			shalen;			/* > 0 once formatted */
+	bool		sha_tried;		/* formatted, or it cannot be */
 } RlFormatted;
 
-#define RL_FORMATTED_INIT	{NULL, NULL, 0, NULL, 0, -1, false}
-
 /* the request being dispatched to its nodes */
-static RlFormatted dispatching = RL_FORMATTED_INIT;
+static RlFormatted dispatching;
 
 static void
 formatted_free(RlFormatted *f)
@@ -79,7 +77,7 @@ formatted_free(RlFormatted *f)
 	f->req = NULL;
 	f->cmd = NULL;
 	f->len = 0;
-	f->shalen = -1;
+	f->shalen = 0;
 	f->sha_tried = false;
 	if (f != &dispatching)
 	{
@@ -226,7 +224,7 @@ queue_keep_text(RlNode *node, char *cmd, int len)
 void
 queue_keep(RlNode *node, const RlRequest *req)
 {
-	RlFormatted own = RL_FORMATTED_INIT;
+	RlFormatted own = {0};
 	RlFormatted *f = formatted_of(req, &own);
 	char	   *cmd;
 
@@ -322,7 +320,7 @@ queue_forget_kept(RlNode *node)
 bool
 queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
 {
-	RlFormatted own = RL_FORMATTED_INIT;
+	RlFormatted own = {0};
 	RlFormatted *f = formatted_of(req, &own);
 	const char *out;
 	int			len;
