@@ -236,14 +236,21 @@ ok(wait_for(sub { poke($w, 'c4-other'); !leftovers('c4', $wpid) }, 20),
 $w->quit;
 
 # 4b. the outside holder leaves the two running nodes (the third keeps it):
-# the waiter's next attempt is granted there.  What is left of the waiter on
-# the nodes is the lease's own value, or the offer its release removes too
+# the waiter's next attempt is granted there, while the third is down again,
+# so that attempt does not take back the earlier offer there: the end of the
+# wait must.  What is left of the waiter on the nodes is the lease's own
+# value, or the offer its release removes too
 ($w, $wpid) = second_offer('c5', "SET redlock.retry_delay = '60s'");
+$redis[2]->kill9;
 $_->cli('DEL', 'redlock:lock:c5') for @redis[0, 1];
 $_->cli('PUBLISH', 'redlock:lock:c5', '') for @redis[0, 1];
 like($w->query_safe('SELECT :got'), qr/^\d+$/, 'c5: the waiter was granted the lease');
 my $lease = lock_of($redis[0], 'c5');
 (my $lease_offer = $lease) =~ s/^./w/;
+faked(2, sub { $redis[2]->start });
+my $earlier = offer_of($redis[2], 'c5');
+ok($earlier =~ /:$wpid$/ && $earlier ne $lease_offer,
+	"c5: the third node is back with an earlier offer of the waiter ($earlier)");
 ok(wait_for(sub { poke($w, 'c5-other'); !leftovers('c5', $wpid, $lease, $lease_offer) }, 20),
 	'c5: no other offer or lock of the waiter is left on any node: '
 	  . join(', ', leftovers('c5', $wpid, $lease, $lease_offer)));
