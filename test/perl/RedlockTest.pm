@@ -244,7 +244,7 @@ sub faketime_preload
 # releases must reach.
 
 push @EXPORT, qw(run_in long_session granted_after waiters reload_seen
-  worker_pid proc_kb attempts lock_values offer_values command_calls
+  worker_pid proc_kb socket_inodes net_sockets attempts lock_values offer_values command_calls
   remote_waiter);
 
 # one statement in a background session: (stdout, stderr), neither undef
@@ -319,6 +319,44 @@ sub proc_kb
 	close $fh;
 	die "no $field in /proc/$pid/status" unless defined $kb;
 	return $kb;
+}
+
+# the inodes of the sockets process $pid has open (inode => 1; none when
+# its fds cannot be read: it exited)
+sub socket_inodes
+{
+	my ($pid) = @_;
+	my %inodes;
+	opendir(my $dh, "/proc/$pid/fd") or return %inodes;
+	for my $fd (readdir $dh)
+	{
+		my $link = readlink("/proc/$pid/fd/$fd") // next;
+		$inodes{$1} = 1 if $link =~ /^socket:\[(\d+)\]$/;
+	}
+	closedir $dh;
+	return %inodes;
+}
+
+# the kernel's sockets of $proto ('tcp' or 'udp', IPv4 and IPv6), from
+# /proc/net: a hash each of its local and peer port, state (hex: '0A' is a
+# listening TCP socket) and inode
+sub net_sockets
+{
+	my ($proto) = @_;
+	my @sockets;
+	for my $table ("/proc/net/$proto", "/proc/net/${proto}6")
+	{
+		open my $fh, '<', $table or next;
+		while (my $line = <$fh>)
+		{
+			my @f = split ' ', $line;
+			next unless @f > 9 && $f[9] =~ /^\d+$/;
+			my ($local, $peer) = map { /:([0-9A-F]{4})$/ ? hex($1) : -1 } @f[ 1, 2 ];
+			push @sockets, { local_port => $local, peer_port => $peer, state => $f[3], inode => $f[9] };
+		}
+		close $fh;
+	}
+	return @sockets;
 }
 
 # acquire attempts of every backend of $pg so far (asking the nodes)

@@ -139,31 +139,14 @@ sub schedule
 sub port_holders
 {
 	my ($port) = @_;
-	my %inodes;
-	for my $f ('/proc/net/tcp', '/proc/net/tcp6')
-	{
-		open my $fh, '<', $f or next;
-		while (<$fh>)
-		{
-			my @c = split;
-			next unless @c > 9 && $c[1] =~ /:([0-9A-F]{4})$/ && hex($1) == $port;
-			$inodes{ $c[9] } = 1 if $c[3] eq '0A';    # LISTEN
-		}
-	}
+	my %listening = map { $_->{inode} => 1 }
+	  grep { $_->{local_port} == $port && $_->{state} eq '0A' } net_sockets('tcp');
 	my @pids;
-	for my $dir (glob '/proc/[0-9]*/fd')
+	for my $dir (glob '/proc/[0-9]*')
 	{
-		my ($pid) = $dir =~ m{/proc/(\d+)/};
-		opendir(my $dh, $dir) or next;
-		for my $fd (readdir $dh)
-		{
-			my $l = readlink("$dir/$fd") // next;
-			if ($l =~ /^socket:\[(\d+)\]$/ && $inodes{$1})
-			{
-				push @pids, $pid;
-				last;
-			}
-		}
+		my ($pid) = $dir =~ m{^/proc/(\d+)$} or next;
+		my %open = socket_inodes($pid);
+		push @pids, $pid if grep { $listening{$_} } keys %open;
 	}
 	return @pids;
 }

@@ -76,32 +76,14 @@ sub clients
 # reused), so that a new connection of the backend shows whatever else
 # connects to the node (the machine may be shared: a client of some other
 # test that finds this node on a port it used before counts in the node's
-# totals, not here).  The connection is the backend's socket (found through
-# /proc/PID/fd and /proc/net/tcp) whose peer is the node's port.
+# totals, not here).  The connection is the backend's socket whose peer is
+# the node's port.
 sub backend_client_id
 {
 	my ($node) = @_;
-	my %mine;
-	opendir(my $dh, "/proc/$pid/fd") or die "/proc/$pid/fd: $!";
-	for my $fd (readdir $dh)
-	{
-		my $link = readlink("/proc/$pid/fd/$fd") // next;
-		$mine{$1} = 1 if $link =~ /^socket:\[(\d+)\]$/;
-	}
-	closedir $dh;
-	my @ports;
-	for my $table ('/proc/net/tcp', '/proc/net/tcp6')
-	{
-		open my $fh, '<', $table or next;
-		while (my $line = <$fh>)
-		{
-			my @f = split ' ', $line;
-			next unless @f > 9 && $mine{ $f[9] };
-			my ($local, $peer) = map { /:([0-9A-F]{4})$/ ? hex($1) : -1 } @f[ 1, 2 ];
-			push @ports, $local if $peer == $node->{port};
-		}
-		close $fh;
-	}
+	my %mine = socket_inodes($pid);
+	my @ports = map { $_->{local_port} }
+	  grep { $mine{ $_->{inode} } && $_->{peer_port} == $node->{port} } net_sockets('tcp');
 	die "the backend has " . scalar(@ports) . " connections to ${\ $node->addr }, not 1"
 	  unless @ports == 1;
 	my $list = $node->cli('CLIENT', 'LIST');

@@ -248,24 +248,9 @@ cmp_ok($took, '<', 8, "... within connect_timeout (${took}s, connect_timeout 1s)
 sub udp_sockets
 {
 	my ($pid) = @_;
-	my %udp;
-	for my $f ('/proc/net/udp', '/proc/net/udp6')
-	{
-		open my $fh, '<', $f or next;
-		while (<$fh>)
-		{
-			my @c = split ' ';
-			$udp{ $c[9] } = 1 if @c > 9 && $c[9] =~ /^\d+$/;
-		}
-		close $fh;
-	}
-	my $n = 0;
-	for my $fd (glob("/proc/$pid/fd/*"))
-	{
-		my $l = readlink($fd) // '';
-		$n++ if $l =~ /^socket:\[(\d+)\]/ && $udp{$1};
-	}
-	return $n;
+	my %udp = map { $_->{inode} => 1 } net_sockets('udp');
+	my %open = socket_inodes($pid);
+	return scalar grep { $udp{$_} } keys %open;
 }
 
 # cancel and statement_timeout interrupt a lookup
