@@ -5,6 +5,7 @@ MODULE_big = redlock
 OBJS = \
 	src/base/guc.o \
 	src/base/guc_net.o \
+	src/base/guc_wait.o \
 	src/base/node_list.o \
 	src/base/quorum.o \
 	src/base/wait_events.o \
@@ -32,6 +33,7 @@ OBJS = \
 	src/shared/lock_table_keep.o \
 	src/shared/lock_table_remote.o \
 	src/shared/lock_table_handoff.o \
+	src/shared/lock_table_place.o \
 	src/shared/lock_table_workers.o \
 	src/shared/health_memory.o \
 	src/shared/stats.o \

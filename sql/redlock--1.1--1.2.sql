@@ -60,3 +60,39 @@ CREATE VIEW redlock_stats_nodes AS
 REVOKE ALL ON FUNCTION redlock_stats_nodes() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redlock_stats_nodes() TO redlock_user, pg_monitor;
 GRANT SELECT ON redlock_stats_nodes TO redlock_user, pg_monitor;
+
+-- Waiters of every server sharing the nodes queue in one order, kept on
+-- the nodes: redlock_locks shows each waiter's place in line (1: next), in
+-- a new column, place.
+DROP VIEW redlock_locks;
+DROP FUNCTION redlock_locks();
+CREATE FUNCTION redlock_locks(
+    OUT pid integer,
+    OUT datid oid,
+    OUT usesysid oid,
+    OUT resource text,
+    OUT granted boolean,
+    OUT token bigint,
+    OUT scope text,
+    OUT waitstart timestamptz,
+    OUT granted_at timestamptz,
+    OUT valid_until timestamptz,
+    OUT keep_alive boolean,
+    OUT lost boolean,
+    OUT key text,
+    OUT limit_reached boolean,
+    OUT place integer)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redlock_locks'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+CREATE VIEW redlock_locks AS
+    SELECT l.pid, l.datid, d.datname, l.usesysid, r.rolname AS usename,
+           l.resource, l.key, l.granted, l.token, l.scope, l.waitstart,
+           l.place, l.granted_at, l.valid_until, l.keep_alive, l.lost,
+           l.limit_reached
+      FROM redlock_locks() l
+      LEFT JOIN pg_database d ON d.oid = l.datid
+      LEFT JOIN pg_roles r ON r.oid = l.usesysid;
+REVOKE ALL ON FUNCTION redlock_locks() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redlock_locks() TO redlock_user, pg_monitor;
+GRANT SELECT ON redlock_locks TO redlock_user, pg_monitor;

@@ -500,6 +500,7 @@ rl_define_gucs(void)
 							   check_password, assign_password, show_password);
 
 	rl_define_net_gucs();
+	rl_define_wait_gucs();
 
 	DefineCustomStringVariable("redlock.fence_token",
 							   "Fencing token offered by writes in this transaction (set it with SET LOCAL).",

@@ -31,6 +31,7 @@ extern int	rl_restart_quarantine_ms;	/* 0: off */
 extern int	rl_stats_max_databases; /* only with shared_preload_libraries */
 extern int	rl_stats_max_tables;
 extern int	rl_shared_connections;	/* RlSharedMode */
+extern int	rl_local_handoffs;	/* guc_wait.c */
 
 /* redlock.shared_connections: when rounds go to the dispatcher worker */
 typedef enum RlSharedMode
@@ -44,6 +45,7 @@ typedef enum RlSharedMode
 #define RL_NODES_ERRLEN			512
 
 extern void rl_define_gucs(void);
+extern void rl_define_wait_gucs(void);
 extern bool rl_parse_node_list(const char *value, RlNodeList *out,
 							   char *errbuf, size_t errlen);
 

@@ -285,6 +285,49 @@ rl_epoch_reason(const RlEpoch *epoch)
 }
 
 /*
+ * A waiter's place in the waiters' queue across the nodes (the order of
+ * the servers' offers, RL_LUA_QUEUE): ahead[i] offers are ahead of its
+ * offer on the i-th of the nqueued nodes that queued it.  It is handed the
+ * lock once a majority of the nnodes nodes hand it over, so what counts is
+ * the majority-th smallest: on a majority of the nodes at most that many
+ * are ahead of it.  -1 when fewer than a majority queued it (it does not
+ * know its place).
+ */
+int
+rl_queue_ahead(const int32_t *ahead, int nqueued, int nnodes)
+{
+	int			k = rl_majority(nnodes);
+	int32_t		sorted[64];
+
+	if (nqueued < k || nqueued > 64)
+		return -1;
+	memcpy(sorted, ahead, sizeof(int32_t) * nqueued);
+	for (int i = 1; i < nqueued; i++)
+		for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--)
+		{
+			int32_t		t = sorted[j];
+
+			sorted[j] = sorted[j - 1];
+			sorted[j - 1] = t;
+		}
+	return sorted[k - 1];
+}
+
+/*
+ * Is a server's turn with a lock over?  in_row local handoffs in a row
+ * (releases that handed the lock to a waiter of the same server) gave the
+ * lease being released; k is redlock.local_handoffs.  Once it is over, a
+ * release hands the lock to a waiter of another server in the waiters'
+ * queue, if one waits: so while one waits, at most k local handoffs in a
+ * row go before it.
+ */
+bool
+rl_local_turn_over(int in_row, int k)
+{
+	return in_row >= k;
+}
+
+/*
  * Counters travel as decimal strings so that Lua's doubles never touch them.
  * Accept only canonical non-negative decimals that fit in int64.
  */

@@ -85,6 +85,8 @@ extern bool rl_choose_token(int64_t proposal, const int64_t *counters,
 							int ncounters, int64_t *token);
 extern bool rl_handoff_fresh(int64_t set_after_us, int64_t now_us,
 							 int64_t round_us);
+extern int	rl_queue_ahead(const int32_t *ahead, int nqueued, int nnodes);
+extern bool rl_local_turn_over(int in_row, int k);
 
 /*
  * A node's epoch: the record, kept on the node itself (the key

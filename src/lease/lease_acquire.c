@@ -167,7 +167,7 @@ rl_lease_acquire(const char *resource, int ttl_ms, bool xact, bool try_only,
 			rl_handoff_new_offer(slot, key, &waiter.offer);
 			r = attempt(resource, key, keylen, ttl_ms, &waiter.offer,
 						&grant, &req);
-			rl_handoff_attempted(&waiter.offer, &req);
+			rl_handoff_attempted(slot, &waiter.offer, &req);
 			if (r == RL_ATTEMPT_GRANTED)
 				rl_handoff_wait_end(key, grant.owner);
 		}
@@ -225,6 +225,7 @@ rl_lease_acquire(const char *resource, int ttl_ms, bool xact, bool try_only,
 	lease->keylen = keylen;
 	memcpy(lease->owner, grant.owner, RL_OWNER_LEN + 1);
 	lease->token = grant.token;
+	lease->in_row = grant.in_row;
 	lease->ttl_ms = ttl_ms;
 	lease->valid_until_us = grant.valid_until_us;
 	lease->keep_alive |= keep_alive;

@@ -51,6 +51,7 @@ static struct
 	char		key[RL_KEY_MAX + 1];
 	int			keylen;
 	char		ours[RL_OWNER_LEN + 1];	/* the holder's lock value */
+	int			in_row;			/* local handoffs in a row that gave it */
 } rl_claimed;
 
 /* ---------- the waiter ---------- */
@@ -132,7 +133,7 @@ rl_handoff_new_offer(int slot, const char *key, RlOffer *offer)
 	rl_offer_value(offer->offered, offer->value);
 	offer->proposal = rl_proto_new_proposal();
 	offer->since_us = rl_now_us();
-	offer->px_ms = rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
+	offer->px_ms = rl_offer_life_ms();
 	strlcpy(rl_left.left[rl_left.n].value, offer->offered, RL_OWNER_LEN + 1);
 	rl_left.left[rl_left.n].nodes = nnodes >= 32 ? ~(uint32) 0 :
 		((uint32) 1 << nnodes) - 1;
@@ -153,21 +154,29 @@ rl_handoff_mark_only(RlOffer *offer)
 	rl_proto_new_owner(offer->value);
 	offer->proposal = rl_proto_new_proposal();
 	offer->since_us = rl_now_us();
-	offer->px_ms = rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
+	offer->px_ms = rl_offer_life_ms();
 }
 
 /*
  * The attempt of offer ran (req): a node that answered it holds no earlier
  * offer of ours any more, nor a lock handed to one; and this offer only
- * where the node refused the attempt (or did not answer).
+ * where the node refused the attempt (or did not answer).  The nodes that
+ * queued it said how many offers are ahead of it: the slot keeps what a
+ * majority said, for redlock_locks.
  */
 void
-rl_handoff_attempted(const RlOffer *offer, const RlRequest *req)
+rl_handoff_attempted(int slot, const RlOffer *offer, const RlRequest *req)
 {
+	int32_t		ahead[RL_MAX_NODES];
+	int			nqueued = 0;
+
 	for (int n = 0; n < req->nnodes; n++)
 	{
 		RlVote		v = req->results[n].vote;
 		uint32		bit = (uint32) 1 << n;
+
+		if (v == RL_VOTE_NO && req->results[n].queued)
+			ahead[nqueued++] = req->results[n].queued_ahead;
 
 		for (int i = 0; i < rl_left.n; i++)
 		{
@@ -180,13 +189,16 @@ rl_handoff_attempted(const RlOffer *offer, const RlRequest *req)
 		}
 	}
 	prune_left();
+	if (req->decision != RL_WON)
+		rl_lock_table_queued(slot, rl_queue_ahead(ahead, nqueued, req->nnodes));
 }
 
 /*
  * The wait ended with the lease owner granted: every other offer the wait
- * left is withdrawn.  The lease's own offer (or, handed over, its value)
- * stays where a release may still hand it over: the lease's release
- * removes both there, in whichever order they come (RELEASE_HANDOVER_SCRIPT).
+ * left is withdrawn.  The lease's own offer (or, handed over, its value,
+ * which is the offer itself when a local handoff queued it) stays where a
+ * release may still hand it over: the lease's release removes both there,
+ * in whichever order they come (RELEASE_HANDOVER_SCRIPT).
  */
 void
 rl_handoff_wait_end(const char *key, const char *owner)
@@ -195,7 +207,8 @@ rl_handoff_wait_end(const char *key, const char *owner)
 
 	rl_offer_value(offer, owner);
 	for (int i = 0; i < rl_left.n; i++)
-		if (strcmp(rl_left.left[i].value, offer) != 0)
+		if (strcmp(rl_left.left[i].value, offer) != 0 &&
+			strcmp(rl_left.left[i].value, owner) != 0)
 			withdraw_value(key, rl_left.left[i].value, rl_left.left[i].nodes,
 						   false);
 	rl_left.n = 0;
@@ -214,6 +227,47 @@ rl_handoff_used(RlOffer *offer, const char *owner)
 		offer->offered[0] = '\0';
 	if (strcmp(offer->local, owner) == 0)
 		offer->local[0] = '\0';
+}
+
+/*
+ * A local handoff of value to us was refused and the value queued instead
+ * on a majority of the nodes, as the offer of an attempt of ours made by
+ * the releasing holder's round (ho): it is our offer on the nodes now, for
+ * holders of any server, and the wake-up worker gathers what it hears of
+ * it; the wait withdraws it when it ends.  Its proposal is the round's,
+ * its time the round's start, before it was queued.
+ */
+void
+rl_handoff_requeued(int slot, const char *key, RlOffer *offer,
+					const char *value, const RlHandoff *ho)
+{
+	int			nnodes = rl_nodes_count();
+	bool		known = false;
+
+	for (int i = 0; i < rl_left.n && !known; i++)
+		known = strcmp(rl_left.left[i].value, value) == 0;
+	if (!known)
+	{
+		if (rl_left.n == RL_WAIT_OFFERS)
+		{
+			withdraw_value(key, rl_left.left[0].value,
+						   rl_left.left[0].nodes, false);
+			rl_left.left[0].nodes = 0;
+			prune_left();
+		}
+		strlcpy(rl_left.left[rl_left.n].value, value, RL_OWNER_LEN + 1);
+		rl_left.left[rl_left.n].nodes = nnodes >= 32 ? ~(uint32) 0 :
+			((uint32) 1 << nnodes) - 1;
+		rl_left.n++;
+	}
+	if (strcmp(offer->local, value) == 0)
+		offer->local[0] = '\0';
+	strlcpy(offer->offered, value, RL_OWNER_LEN + 1);
+	offer->proposal = ho->proposal;
+	offer->since_us = ho->start_us;
+	rl_handoff_remote_offer(slot, offer);
+	rl_lock_table_queued(slot, rl_queue_ahead(ho->queued_ahead, ho->nqueued,
+											  ho->nnodes));
 }
 
 /*
@@ -264,13 +318,13 @@ rl_handoff_abandon(int slot)
 /* ---------- the releasing holder ---------- */
 
 /*
- * Releasing the lease in holder_slot: take up the standing offer of the
- * first waiter of this server for it, if that waiter is asleep with one.
- * Raises nothing.
+ * Releasing the lease in holder_slot, which in_row local handoffs in a row
+ * gave us: take up the standing offer of the first waiter of this server
+ * for it, if that waiter is asleep with one.  Raises nothing.
  */
 bool
 rl_handoff_claim(int holder_slot, const char *resource,
-				 const RlReleaseItem *ours)
+				 const RlReleaseItem *ours, int in_row)
 {
 	if (rl_claimed.active ||
 		!rl_lock_table_claim_offer(holder_slot, resource, ours->key,
@@ -280,6 +334,7 @@ rl_handoff_claim(int holder_slot, const char *resource,
 	strlcpy(rl_claimed.key, ours->key, sizeof(rl_claimed.key));
 	rl_claimed.keylen = ours->keylen;
 	strlcpy(rl_claimed.ours, ours->owner, sizeof(rl_claimed.ours));
+	rl_claimed.in_row = in_row;
 	return true;
 }
 
@@ -329,7 +384,8 @@ rl_handoff_run(const RlReleaseItem *ours, const char *resource, bool nothrow,
 
 	Assert(rl_claimed.active);
 	rl_proto_handoff(ours, resource, rl_claimed.offer.value,
-					 rl_claimed.offer.ttl_ms, nothrow, deadline_us, &ho, req);
+					 rl_claimed.offer.ttl_ms, rl_claimed.in_row, nothrow,
+					 deadline_us, &ho, req);
 	both[0] = *ours;
 	both[1].key = ours->key;
 	both[1].keylen = ours->keylen;

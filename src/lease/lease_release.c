@@ -51,7 +51,8 @@ rl_lease_release_one(RlLease *lease, bool nothrow, RlRequest *req)
 	item.key = lease->key;
 	item.keylen = lease->keylen;
 	item.owner = lease->owner;
-	if (rl_handoff_claim(lease->shm_slot, lease->resource, &item))
+	if (rl_handoff_claim(lease->shm_slot, lease->resource, &item,
+						 lease->in_row))
 		rl_handoff_run(&item, lease->resource, nothrow,
 					   nothrow ? rl_proto_release_deadline() : 0, req);
 	else
@@ -137,7 +138,8 @@ rl_lease_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
 		sent++;
 		/* one lease per release may go straight to a waiter here */
 		if (handed == NULL &&
-			rl_handoff_claim(lease->shm_slot, lease->resource, item))
+			rl_handoff_claim(lease->shm_slot, lease->resource, item,
+							 lease->in_row))
 		{
 			handed = lease;
 			handed_item = *item;

@@ -97,6 +97,7 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 	RlHandoff	ho;
 	RlHandoffOutcome outcome;
 	RlRequest	req;
+	RlAttempt	r;
 	bool		granted;
 	char		owner[RL_OWNER_LEN + 1];
 
@@ -145,8 +146,26 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 	}
 	if (outcome != RL_HANDED_OVER)
 		return false;
-	granted = rl_proto_take_handoff(w->resource, w->key, w->keylen, w->ttl_ms,
-									owner, &ho, grant, &req) == RL_ATTEMPT_GRANTED;
+	r = rl_proto_take_handoff(w->resource, w->key, w->keylen, w->ttl_ms,
+							  owner, &ho, grant, &req);
+	if (r == RL_ATTEMPT_QUEUED && rl_handoff_remote_possible(w->slot))
+	{
+		/*
+		 * Our server's turn is over: a waiter of another server was passed
+		 * over redlock.local_handoffs times, and the nodes put us in their
+		 * queue behind it.  Asleep again, as after an attempt of our own.
+		 */
+		rl_handoff_requeued(w->slot, w->key, &w->offer, owner, &ho);
+		return rl_wait_turn(w, last, announced, grant);
+	}
+	if (r == RL_ATTEMPT_QUEUED)
+	{
+		/* nobody here would hear of it being handed over: take it back */
+		rl_proto_release_one(w->key, w->keylen, owner, false);
+		rl_handoff_used(&w->offer, owner);
+		return false;
+	}
+	granted = r == RL_ATTEMPT_GRANTED;
 	rl_handoff_used(&w->offer, owner);
 	if (granted)
 		rl_handoff_wait_end(w->key, owner);

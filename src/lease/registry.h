@@ -48,6 +48,7 @@ typedef struct RlLease
 	uint64		release_batch;	/* which bulk release handles it */
 	int			shm_slot;		/* its row in the lock table, or -1 */
 	bool		keep_alive;		/* the worker extends it (lock table) */
+	int			in_row;			/* local handoffs in a row that gave it */
 } RlLease;
 
 /* Which holds a bulk release drops. */

@@ -214,6 +214,20 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 				res->vote = RL_VOTE_YES;
 				strlcpy(res->detail, "granted", sizeof(res->detail));
 			}
+			else if (reply->type == REDIS_REPLY_STATUS && reply->len > 7 &&
+					 memcmp(reply->str, "QUEUED ", 7) == 0 &&
+					 rl_parse_counter(reply->str + 7, reply->len - 7,
+									  &res->counter) &&
+					 res->counter <= PG_INT32_MAX)
+			{
+				res->vote = RL_VOTE_NO;
+				res->queued = true;
+				res->queued_ahead = (int32) res->counter;
+				res->counter = 0;
+				snprintf(res->detail, sizeof(res->detail),
+						 "held by another owner (queued, %d waiting ahead)",
+						 res->queued_ahead);
+			}
 			else
 			{
 				res->vote = RL_VOTE_FAILED;

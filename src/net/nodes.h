@@ -20,7 +20,9 @@
 /* How a node's reply to a request is read. */
 typedef enum RlReplyKind
 {
-	RL_REPLY_COUNTER,			/* bulk decimal counter = yes, nil = no */
+	RL_REPLY_COUNTER,			/* bulk decimal counter = yes, nil = no,
+								 * status "QUEUED n" = no, with n in
+								 * queued_ahead */
 	RL_REPLY_FLAG,				/* integer 1 = yes, 0 = no */
 	RL_REPLY_COUNT,				/* any integer >= 0 = yes */
 	RL_REPLY_STATUS,			/* any non-error reply = yes (probes) */
@@ -77,6 +79,10 @@ typedef struct RlNodeResult
 	bool		protocol_error; /* the node answered with something wrong */
 	bool		in_backoff;		/* not asked: the node failed recently */
 	int64_t		counter;		/* RL_REPLY_COUNTER: counter before grant */
+	bool		queued;			/* RL_REPLY_COUNTER: "QUEUED n", a refusal
+								 * that left the caller's offer behind n
+								 * others (queued_ahead) */
+	int32		queued_ahead;
 	char	   *reply_text;		/* RL_REPLY_STATUS: bulk reply, palloc'd */
 	RlItemFlags flags;			/* RL_REPLY_FLAGS: each item's yes */
 	int64_t		elapsed_us;		/* time to answer */

@@ -24,7 +24,10 @@ typedef enum RlAttempt
 	RL_ATTEMPT_GRANTED,
 	RL_ATTEMPT_CONTENDED,		/* a majority answered, too few granted */
 	RL_ATTEMPT_UNAVAILABLE,		/* a majority could not answer */
-	RL_ATTEMPT_EXPIRED			/* granted, but the TTL ran out meanwhile */
+	RL_ATTEMPT_EXPIRED,			/* granted, but the TTL ran out meanwhile */
+	RL_ATTEMPT_QUEUED			/* a handoff refused by a majority that put
+								 * the value in the waiters' queue instead:
+								 * it is the waiter's offer now */
 } RlAttempt;
 
 /* What a granted attempt hands back. */
@@ -33,6 +36,8 @@ typedef struct RlGrant
 	char		owner[RL_OWNER_LEN + 1];
 	int64		token;
 	int64_t		valid_until_us; /* monotonic clock */
+	int			in_row;			/* local handoffs in a row that gave it
+								 * (rl_local_turn_over); 0 from the nodes */
 } RlGrant;
 
 /* One lease to release: its Redis key and random owner value. */
@@ -72,10 +77,16 @@ typedef struct RlHandoff
 {
 	int64		proposal;		/* the token proposed for the waiter */
 	int64_t		start_us;		/* when the round began (monotonic) */
+	int			in_row;			/* a local handoff: the local handoffs in a
+								 * row, this one included; 0 otherwise */
 	int			nnodes;
 	RlVote		votes[RL_MAX_NODES];
 	int64_t		counters[RL_MAX_NODES];
 	uint32		not_asked;		/* bit i: node i was in backoff, not asked */
+	int			nqueued;		/* nodes that refused it but queued the
+								 * value as an offer (HANDOFF_SCRIPT), with
+								 * the offers ahead of it there */
+	int32		queued_ahead[RL_MAX_NODES];
 } RlHandoff;
 
 /* One lease to extend: its Redis key, random owner value and new TTL. */
@@ -100,8 +111,9 @@ extern void rl_offer_value(char *offer, const char *value);
 extern int64 rl_proto_new_proposal(void);
 extern void rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 							 const char *waiter_owner, int waiter_ttl_ms,
-							 bool nothrow, int64_t deadline_us,
+							 int in_row, bool nothrow, int64_t deadline_us,
 							 RlHandoff *out, RlRequest *req);
+extern int	rl_offer_life_ms(void);
 extern RlAttempt rl_proto_take_handoff(const char *resource, const char *key,
 									   int keylen, int ttl_ms,
 									   const char *owner, const RlHandoff *ho,

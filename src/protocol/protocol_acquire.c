@@ -55,58 +55,64 @@ RL_LUA_QUARANTINE
 
 /*
  * ACQUIRE_SCRIPT for a lock call that waits, with the names of its
- * waiters' marker in ARGV[8] and of its offer hash in ARGV[7]: where the
- * lock is held, leave the marker (so that its release announces it,
+ * waiters' marker in ARGV[8], of its waiters' queue in ARGV[7] and the
+ * prefix of its offers' names in ARGV[9] (RL_LUA_QUEUE): where the lock is
+ * held, leave the marker (so that its release looks at the queue,
  * RELEASE_HANDOVER_SCRIPT) and the offer (value ARGV[4], the TTL, the
- * proposal and the counter's name) unless another waiter's is there or ARGV[4] is ''
- * (a waiter that is not handed the lock over); ARGV[6] is their lifetime
- * (the marker's is never shortened).  ARGV[5] lists, separated by
- * spaces, the values of every earlier offer of the same wait that may
- * still be on a node (lease_handoff.c, rl_handoff_new_offer): one of them is
- * replaced, and a lock a release handed to one of them after we stopped
- * listening is taken back for this attempt.  The first attempt of a wait
- * (none earlier), when granted, costs nothing more than ACQUIRE_SCRIPT.
- * The offer hash is not a declared key, and its
- * commands are pcall'd: a Redis user whose ACL lacks them, or the key
- * pattern, still locks (and its waiters are woken as before).  A node in
- * its quarantine (RL_LUA_QUARANTINE, the two last arguments) refuses
- * before anything is set or offered.
+ * proposal and the counter's name) in the queue, unless ARGV[4] is '' (a
+ * waiter that is not handed the lock over); ARGV[6] is their lifetime
+ * (the marker's and the queue's are never shortened).  ARGV[5] lists,
+ * separated by spaces, the values of every earlier offer of the same wait
+ * that may still be on a node (lease_handoff.c, rl_handoff_new_offer): the
+ * new offer takes the place in the queue of the first of them there, the
+ * others are removed, and a lock a release handed to one of them after we
+ * stopped listening is taken back for this attempt.  A refusal that left
+ * the offer says "QUEUED n", n the live offers ahead of it, and is
+ * otherwise nil.  The first attempt of a wait (none earlier), when
+ * granted, costs nothing more than ACQUIRE_SCRIPT.  A node in its
+ * quarantine (RL_LUA_QUARANTINE, the two last arguments) refuses before
+ * anything is set or offered.
  */
 static const char ACQUIRE_WAITING_SCRIPT[] =
 RL_LUA_QUARANTINE
+RL_LUA_QUEUE
 "local qr = rl_q()\n"
 "if qr then return qr end\n"
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
 "local ours = ' ' .. ARGV[5] .. ' '\n"
-"local o = ARGV[7]\n"
+"local q, ep = ARGV[7], ARGV[9]\n"
+"local function earlier(v) return string.find(ours, ' ' .. v .. ' ', 1, true) end\n"
 "if ARGV[5] ~= '' then\n"
 "  local cur = redis.call('GET', KEYS[1])\n"
-"  if cur and string.find(ours, ' ' .. cur .. ' ', 1, true) then\n"
-"    redis.call('DEL', KEYS[1])\n"
-"  end\n"
+"  if cur and earlier(cur) then redis.call('DEL', KEYS[1]) end\n"
 "end\n"
 "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-"  local t = redis.pcall('PTTL', ARGV[8])\n"
-"  if type(t) ~= 'number' or t < tonumber(ARGV[6]) then\n"
+"  if not rl_live(ARGV[8], ARGV[6]) then\n"
 "    redis.pcall('SET', ARGV[8], '1', 'PX', ARGV[6])\n"
 "  end\n"
-"  if ARGV[4] ~= '' then\n"
-"    local w = redis.pcall('HGET', o, 'v')\n"
-"    if not w or (type(w) == 'string' and\n"
-"                 string.find(ours, ' ' .. w .. ' ', 1, true)) then\n"
-"      redis.pcall('HSET', o, 'v', ARGV[4], 'x', ARGV[2], 'p', ARGV[3],\n"
-"                  'c', KEYS[2])\n"
-"      if type(redis.pcall('PEXPIRE', o, ARGV[6])) == 'table' then\n"
-"        redis.pcall('DEL', o)\n"
-"      end\n"
+"  if ARGV[4] == '' then return false end\n"
+"  local vs = redis.pcall('LRANGE', q, 0, -1)\n"
+"  if type(vs) ~= 'table' or vs.err then return false end\n"
+"  local at, gone = nil, {}\n"
+"  for i, v in ipairs(vs) do\n"
+"    if earlier(v) then\n"
+"      if at then gone[#gone + 1] = v else at = i end\n"
+"      redis.pcall('DEL', ep .. v)\n"
 "    end\n"
 "  end\n"
-"  return false\n"
+"  if at then redis.pcall('LSET', q, at - 1, ARGV[4]) end\n"
+"  for _, v in ipairs(gone) do redis.pcall('LREM', q, 1, v) end\n"
+"  local n = rl_enqueue(q, ep, ARGV[8], ARGV[4], ARGV[2], ARGV[3], KEYS[2],\n"
+"                       ARGV[6])\n"
+"  if not n then return false end\n"
+"  return {ok = 'QUEUED ' .. n}\n"
 "end\n"
 "if ARGV[5] ~= '' then\n"
-"  local w = redis.pcall('HGET', o, 'v')\n"
-"  if type(w) == 'string' and string.find(ours, ' ' .. w .. ' ', 1, true) then\n"
-"    redis.pcall('DEL', o)\n"
+"  local vs = redis.pcall('LRANGE', q, 0, -1)\n"
+"  if type(vs) == 'table' and not vs.err then\n"
+"    for _, v in ipairs(vs) do\n"
+"      if earlier(v) then rl_drop(q, ep, v) end\n"
+"    end\n"
 "  end\n"
 "end\n"
 "local p = ARGV[3]\n"
@@ -223,6 +229,7 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	grant->token = token;
 	grant->valid_until_us = rl_valid_until_us(start_us, ttl_ms,
 											  rl_drift_factor);
+	grant->in_row = 0;			/* a handoff of this server's: its caller's */
 	if (token > rl_last_token)
 		rl_last_token = token;
 	rl_in_flight.active = false;
@@ -251,11 +258,12 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 				 int ttl_ms, RlOffer *offer, RlGrant *grant,
 				 RlRequest *req_out)
 {
-	const char *argv[13 + RL_EPOCH_ARGS];
-	size_t		argvlen[13 + RL_EPOCH_ARGS];
+	const char *argv[14 + RL_EPOCH_ARGS];
+	size_t		argvlen[14 + RL_EPOCH_ARGS];
 	char		ckey[RL_KEY_MAX + 1];
 	char		okey[RL_KEY_MAX + 1];
 	char		mkey[RL_KEY_MAX + 1];
+	char		epre[RL_KEY_MAX + 1];
 	char		ttl_buf[16];
 	char		proposal_buf[24];
 	char		px_buf[16];
@@ -284,7 +292,7 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 	{
 		/*
 		 * ARGV: ours, TTL, proposal, the offer's value (or ''), earlier,
-		 * life, the offer's and the marker's names
+		 * life, the queue's and the marker's names, the offers' prefix
 		 */
 		argv[1] = ACQUIRE_WAITING_SCRIPT;
 		argvlen[1] = sizeof(ACQUIRE_WAITING_SCRIPT) - 1;
@@ -299,7 +307,9 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 		argv[12] = mkey;
 		argvlen[12] = snprintf(mkey, sizeof(mkey), "%swake:%s", rl_key_prefix,
 							   resource);
-		argc = 13;
+		argv[13] = epre;
+		argvlen[13] = rl_offer_prefix(epre);
+		argc = 14;
 	}
 	argc += rl_proto_epoch_args(argv + argc, argvlen + argc);
 	rl_proto_request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, argc,
@@ -326,3 +336,4 @@ rl_proto_abandon_in_flight(void)
 					   rl_in_flight.owner, true);
 	}
 }
+

@@ -45,11 +45,100 @@ extern int64 rl_last_token;
 "                           ' ' .. e)\n" \
 "end\n"
 
+/*
+ * The waiters' queue beside a lock, on each node: one order across the
+ * servers that share the nodes, the order in which their offers came to
+ * the node (never a server's clock).  "<prefix>wait:<resource>" is a list
+ * of offer values, oldest first; each offer is a hash "<prefix>offer:<value>"
+ * (x: the TTL it asks for, p: its token proposal, c: the name of its
+ * fencing counter) that expires by the offer's lifetime: a value whose
+ * hash is gone is a lapsed offer, skipped and removed from the list by the
+ * next script that meets it.  A new attempt of the same wait takes its
+ * earlier offer's place (ACQUIRE_WAITING_SCRIPT); a release hands the lock
+ * to the first live offer (RELEASE_HANDOVER_SCRIPT); a local handoff goes
+ * to the waiter of its own server, unless its server had its
+ * redlock.local_handoffs in a row and an offer of another server waits
+ * (HANDOFF_SCRIPT).  Every command on the queue is pcall'd: a Redis user
+ * whose ACL lacks them still locks and releases, and its waiters poll.
+ *
+ * rl_srv(v): the server a lock or offer value names (its system identifier
+ * and start time, protocol_values.c).  rl_offer(ep, v): the live offer v
+ * (ep: "<prefix>offer:"), or nil.  rl_first(q, ep, stop): the first live
+ * offer of queue q for which stop(offer) is true, removing the lapsed ones
+ * before it.  rl_drop(q, ep, v): offer v is gone.  rl_hand(k, q, ep, o):
+ * lock k is taken for offer o as its own acquire would (value, TTL, the
+ * fencing counter raised to its proposal), and "value counter" published
+ * on k's channel for its wake-up worker.  rl_enqueue(q, ep, m, v, x, p, c,
+ * life): offer v (TTL x, proposal p, counter c) in queue q, at the end
+ * unless it is there already, for life ms, the marker m (which makes a
+ * release look at the queue) and the queue living at least as long;
+ * returns the number of live offers ahead of it, or nil if the offer
+ * could not be left.
+ */
+#define RL_LUA_QUEUE \
+"local function rl_srv(v)\n" \
+"  return string.match(v, '^[^:]*:([^:]*:[^:]*):')\n" \
+"end\n" \
+"local function rl_offer(ep, v)\n" \
+"  local f = redis.pcall('HMGET', ep .. v, 'x', 'p', 'c')\n" \
+"  if type(f) ~= 'table' or f.err or not f[1] or not f[2] or not f[3] then\n" \
+"    return nil\n" \
+"  end\n" \
+"  return {v = v, x = f[1], p = f[2], c = f[3]}\n" \
+"end\n" \
+"local function rl_first(q, ep, stop)\n" \
+"  local vs = redis.pcall('LRANGE', q, 0, -1)\n" \
+"  if type(vs) ~= 'table' or vs.err then return nil end\n" \
+"  for _, v in ipairs(vs) do\n" \
+"    local o = rl_offer(ep, v)\n" \
+"    if not o then\n" \
+"      redis.pcall('LREM', q, 1, v)\n" \
+"    elseif stop(o) then\n" \
+"      return o\n" \
+"    end\n" \
+"  end\n" \
+"  return nil\n" \
+"end\n" \
+"local function rl_drop(q, ep, v)\n" \
+"  redis.pcall('LREM', q, 0, v)\n" \
+"  redis.pcall('DEL', ep .. v)\n" \
+"end\n" \
+"local function rl_hand(k, q, ep, o)\n" \
+"  rl_drop(q, ep, o.v)\n" \
+"  redis.call('SET', k, o.v, 'PX', o.x)\n" \
+"  local c = redis.call('GET', o.c) or '0'\n" \
+"  if #o.p > #c or (#o.p == #c and o.p > c) then redis.call('SET', o.c, o.p) end\n" \
+"  redis.pcall('PUBLISH', k, o.v .. ' ' .. c)\n" \
+"end\n" \
+"local function rl_live(k, life)\n" \
+"  local t = redis.pcall('PTTL', k)\n" \
+"  return type(t) == 'number' and t >= tonumber(life)\n" \
+"end\n" \
+"local function rl_enqueue(q, ep, m, v, x, p, c, life)\n" \
+"  local vs = redis.pcall('LRANGE', q, 0, -1)\n" \
+"  if type(vs) ~= 'table' or vs.err then return nil end\n" \
+"  local ahead, at = 0, false\n" \
+"  for _, u in ipairs(vs) do\n" \
+"    if u == v then at = true break end\n" \
+"    if rl_offer(ep, u) then ahead = ahead + 1 end\n" \
+"  end\n" \
+"  if type(redis.pcall('HSET', ep .. v, 'x', x, 'p', p, 'c', c)) == 'table' or\n" \
+"     type(redis.pcall('PEXPIRE', ep .. v, life)) == 'table' then\n" \
+"    redis.pcall('DEL', ep .. v)\n" \
+"    return nil\n" \
+"  end\n" \
+"  if not at then redis.pcall('RPUSH', q, v) end\n" \
+"  if not rl_live(q, life) then redis.pcall('PEXPIRE', q, life) end\n" \
+"  if not rl_live(m, life) then redis.pcall('SET', m, '1', 'PX', life) end\n" \
+"  return ahead\n" \
+"end\n"
+
 #define RL_EPOCH_ARGS	2
 extern int	rl_proto_epoch_args(const char **argv, size_t *argvlen);
 
 extern int64_t rl_proto_wall_clock_us(void);
 extern int	rl_counter_key(char *buf, const char *resource);
+extern int	rl_offer_prefix(char *buf);
 extern void rl_proto_lock_call(const char **argv, size_t *argvlen,
 							   const char *script, size_t scriptlen,
 							   const char *key, int keylen,

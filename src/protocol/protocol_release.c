@@ -25,26 +25,30 @@
  * which a release may have set on a node the attempt did not need; returns
  * how many were.  ARGV[#KEYS + 1] is the key prefix, which names each
  * lock's waiters' marker "<prefix>wake:<resource>" (left by every attempt
- * of a lock call that waits, ACQUIRE_WAITING_SCRIPT) and offer hash.  The
- * lock and the marker are read in one MGET: with no marker, nobody waits,
- * and the release is that MGET and a DEL.  With one, a released lock with
- * a waiter's offer is taken for that waiter as its acquire would, and
- * "value counter" is published (the counter before the grant); a lock left
- * free is announced with an empty message, and the marker removed (the
- * waiters woken leave it again if they are refused).  Either way on the
- * key's channel, which the wake-up workers of other servers subscribe to.
- * Where the lock is not ours, an offer of ours is removed.  MGET, the
- * offer's commands and PUBLISH are pcall'd: a Redis user whose ACL lacks
- * MGET releases as if someone waited, and one that lacks the others still
- * releases (its waiters then poll).  A node in its quarantine
- * (RL_LUA_QUARANTINE, the two last arguments, asked only where there is an
- * offer to hand the lock to) hands nothing over and announces a free lock.
- * The waiter counts the lease's validity on its own clock
+ * of a lock call that waits, ACQUIRE_WAITING_SCRIPT), its waiters' queue
+ * "<prefix>wait:<resource>" and the offers in it (RL_LUA_QUEUE).  The lock
+ * and the marker are read in one MGET: with no marker, nobody waits, and
+ * the release is that MGET and a DEL.  With one, a released lock is taken
+ * for the first live offer of the queue as its acquire would, and "value
+ * counter" is published (the counter before the grant); a lock left free
+ * (no live offer) is announced with an empty message, and the marker
+ * removed (the waiters woken leave it again if they are refused).  Either
+ * way on the key's channel, which the wake-up workers of other servers
+ * subscribe to.  Where the lock is not ours, an offer of ours (its value,
+ * or its offer value) is removed.
+ * MGET, the queue's commands and PUBLISH are pcall'd: a Redis user whose
+ * ACL lacks MGET releases as if someone waited, and one that lacks the
+ * others still releases (its waiters then poll).  A node in its
+ * quarantine (RL_LUA_QUARANTINE, the two last arguments, asked only where
+ * there is an offer to hand the lock to) hands nothing over and announces
+ * a free lock.  The waiter counts the lease's validity on its own clock
  * (lock_table_remote.c).
  */
 static const char RELEASE_HANDOVER_SCRIPT[] =
 RL_LUA_QUARANTINE
+RL_LUA_QUEUE
 "local pre = ARGV[#KEYS + 1]\n"
+"local ep = pre .. 'offer:'\n"
 "local n = 0\n"
 "local held_out\n"
 "for i = 1, #KEYS do\n"
@@ -53,6 +57,7 @@ RL_LUA_QUARANTINE
 "  local res = string.sub(k, 1, #pre + 5) == pre .. 'lock:' and\n"
 "    string.sub(k, #pre + 6)\n"
 "  local m = res and pre .. 'wake:' .. res\n"
+"  local q = res and pre .. 'wait:' .. res\n"
 "  local r = m and redis.pcall('MGET', k, m)\n"
 "  local cur, waiting\n"
 "  if type(r) == 'table' and not r.err then\n"
@@ -64,30 +69,23 @@ RL_LUA_QUARANTINE
 "  if cur == v or cur == w then\n"
 "    n = n + redis.call('DEL', k)\n"
 "    if waiting then\n"
-"      local o = res and pre .. 'wait:' .. res\n"
-"      local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c')\n"
-"      if type(f) == 'table' and f[1] and f[1] ~= v and f[1] ~= w and\n"
-"         f[2] and f[3] and f[4] and held_out == nil then\n"
-"        held_out = rl_q() or false\n"
+"      local o\n"
+"      if q then\n"
+"        rl_drop(q, ep, w)\n"
+"        if v ~= w then rl_drop(q, ep, v) end\n"
+"        o = rl_first(q, ep, function(e) return true end)\n"
 "      end\n"
-"      if type(f) == 'table' and f[1] and f[1] ~= v and f[1] ~= w and\n"
-"         f[2] and f[3] and f[4] and not held_out then\n"
-"        redis.pcall('DEL', o)\n"
-"        redis.call('SET', k, f[1], 'PX', f[2])\n"
-"        local c = redis.call('GET', f[4]) or '0'\n"
-"        local p = f[3]\n"
-"        if #p > #c or (#p == #c and p > c) then redis.call('SET', f[4], p) end\n"
-"        redis.pcall('PUBLISH', k, f[1] .. ' ' .. c)\n"
+"      if o and held_out == nil then held_out = rl_q() or false end\n"
+"      if o and not held_out then\n"
+"        rl_hand(k, q, ep, o)\n"
 "      else\n"
-"        if type(f) == 'table' and f[1] then redis.pcall('DEL', o) end\n"
 "        if m then redis.pcall('DEL', m) end\n"
 "        redis.pcall('PUBLISH', k, '')\n"
 "      end\n"
 "    end\n"
-"  elseif res then\n"
-"    local o = pre .. 'wait:' .. res\n"
-"    local ov = redis.pcall('HGET', o, 'v')\n"
-"    if ov == v or ov == w then redis.pcall('DEL', o) end\n"
+"  elseif q then\n"
+"    rl_drop(q, ep, w)\n"
+"    if v ~= w then rl_drop(q, ep, v) end\n"
 "  end\n"
 "end\n"
 "return n\n";
@@ -214,3 +212,4 @@ rl_proto_withdraw_attempt(const char *key, int keylen, const char *owner,
 	memcpy(req.skip, skip, sizeof(req.skip));
 	rl_nodes_send(&req);
 }
+

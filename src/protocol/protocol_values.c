@@ -124,11 +124,30 @@ rl_lock_key(char *buf, const char *resource)
 	return snprintf(buf, RL_KEY_MAX + 1, "%slock:%s", rl_key_prefix, resource);
 }
 
-/* ... of the offer of a waiter on another server (RELEASE_HANDOVER_SCRIPT) */
+/* ... of its waiters' queue, the offers in order (RL_LUA_QUEUE) */
 int
 rl_offer_key(char *buf, const char *resource)
 {
 	return snprintf(buf, RL_KEY_MAX + 1, "%swait:%s", rl_key_prefix, resource);
+}
+
+/*
+ * How long an offer stays on a node (and the waiters' marker, and queue):
+ * until the waiter's next attempt renews it, whose backstop is
+ * redlock.retry_delay plus jitter, and one node_timeout for that attempt
+ * to arrive.  A waiter that dies keeps its place no longer.
+ */
+int
+rl_offer_life_ms(void)
+{
+	return rl_retry_delay_ms + rl_retry_jitter_ms + rl_node_timeout_ms;
+}
+
+/* The start of the name of every offer: "<prefix>offer:", then its value. */
+int
+rl_offer_prefix(char *buf)
+{
+	return snprintf(buf, RL_KEY_MAX + 1, "%soffer:", rl_key_prefix);
 }
 
 /*

@@ -212,6 +212,7 @@ rl_lock_table_enter(const char *resource, const char *key)
 
 		memcpy(s, &entry, sizeof(entry));
 		s->wait_seq = rl_table->next_seq++;
+		s->queue_ahead = -1;
 		rl_index_link(rl_table, slot);
 	}
 	LWLockRelease(rl_table->lock);
@@ -262,6 +263,7 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 	}
 	s->remote = RL_REMOTE_NONE;
 	s->remote_offered[0] = '\0';
+	s->queue_ahead = -1;
 	LWLockRelease(rl_table->lock);
 	if (g->keep_alive)
 		rl_lock_table_wake_worker(RL_WORKER_KEEPALIVE);
@@ -394,6 +396,9 @@ rl_lock_table_rows(RlLockRow **rows)
 		r->token = s->token;
 		r->scopes = s->scopes;
 		r->waitstart = s->waitstart;
+		r->wait_seq = s->wait_seq;
+		r->nodes = s->nodes;
+		r->queue_ahead = s->queue_ahead;
 		r->granted_at = s->granted_at;
 		r->valid_until_us = s->valid_until_us;
 		r->keep_alive = s->keep_alive;

@@ -98,11 +98,20 @@ typedef struct RlLockRow
 	bool		lost;
 	bool		limit_reached;
 	TimestampTz waitstart;		/* not granted */
+	int			place;			/* not granted: its place in line, 1 next
+								 * (rl_lock_table_places) */
+	uint64		wait_seq;		/* for the place: */
+	uint64_t	nodes;
+	int32		queue_ahead;
 	char		key[RL_KEY_MAX + 1];
 	char		resource[RL_MAX_RESOURCE_LEN + 1];
 } RlLockRow;
 
 extern int	rl_lock_table_rows(RlLockRow **rows);
+
+/* a waiter's place in line: lock_table_place.c */
+extern void rl_lock_table_queued(int slot, int ahead);
+extern void rl_lock_table_places(RlLockRow *rows, int nrows);
 
 /* a waiter's standing offer, and a local handoff: lock_table_handoff.c */
 

@@ -6,7 +6,8 @@
  *	  (the index by key), lock_table.c (the slots' life), lock_table_keep.c
  *	  (keep-alive and extension rounds), lock_table_remote.c (a handoff by
  *	  a holder on another server), lock_table_handoff.c (a waiter's offer
- *	  and a local handoff) and lock_table_workers.c (the workers).  Every
+ *	  and a local handoff), lock_table_place.c (a waiter's place in line)
+ *	  and lock_table_workers.c (the workers).  Every
  *	  other file goes through their functions (lock_table.h).
  *
  *-------------------------------------------------------------------------
@@ -99,6 +100,10 @@ typedef struct RlSlot
 	RlRemoteState remote;
 	RlHandoff	remote_result;
 	int64_t		collect_since_us;	/* when collecting began */
+	int32		queue_ahead;	/* offers ahead of its last one in the
+								 * waiters' queue on the nodes, as they said
+								 * (rl_queue_ahead), or -1: unknown
+								 * (lock_table_place.c) */
 	char		value[RL_OWNER_LEN + 1];	/* granted: the holder's lock
 											 * value */
 	char		offered[RL_OWNER_LEN + 1];	/* handoff: the value the waiter

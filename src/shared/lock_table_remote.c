@@ -5,18 +5,22 @@
  *	  gathering the nodes' word on it for the waiter; and the offer each
  *	  attempt of a waiter leaves on the nodes, recorded for it.
  *
- * A release on another server that finds our waiter's offer on a node
- * takes the lock there for the waiter and publishes "value counter"
- * (protocol_release.c, RELEASE_HANDOVER_SCRIPT); one that finds no offer, or
- * another waiter's, publishes that instead.  The worker, subscribed to the
- * key, passes each message here.  The first one naming the offer a waiting
- * slot's last attempt left (asleep or not: the release may come while the
- * waiter still asks) starts collecting: a node that handed the lock to it
- * votes yes, with its fencing counter; one that left the lock free or
- * handed it to someone else votes no.  At a majority either way, when
- * every node spoke, or node_timeout after the first message, the outcome
- * goes to the waiter (done, its latch set), which settles it as its own
- * attempt (protocol_handoff.c).
+ * A release (on another server, or at the end of this server's turn) that
+ * finds our waiter's offer first in the waiters' queue on a node takes the
+ * lock there for the waiter and publishes "value counter"
+ * (protocol_release.c, RELEASE_HANDOVER_SCRIPT; protocol_handoff.c); one
+ * that finds no offer publishes that the lock is free, and one that hands
+ * it to a waiter ahead of ours names that one.  The worker, subscribed to
+ * the key, passes each message here.  The first one naming the offer a
+ * waiting slot's last attempt left (asleep or not: the release may come
+ * while the waiter still asks) starts collecting: a node that handed the
+ * lock to it votes yes, with its fencing counter; one that left the lock
+ * free votes no.  A node that handed it to another waiter says nothing of
+ * ours (that one was ahead in its queue, and ours comes at a later
+ * release there).  At a majority either way, when every node spoke, or
+ * node_timeout after the first message, the outcome goes to the waiter
+ * (done, its latch set), which settles it as its own attempt
+ * (protocol_handoff.c).
  *
  * The lease's validity counts from when the waiter's attempt that left the
  * offer began, by the waiter's own clock: no release can have set the lock
@@ -78,6 +82,7 @@ rl_handoff_remote_offer(int slot, const RlOffer *offer)
 	s->remote_since_us = offer->since_us;
 	s->remote_nodes = rl_nodes_fingerprint();
 	s->remote = RL_REMOTE_NONE;
+	s->queue_ahead = -1;
 	LWLockRelease(rl_table->lock);
 }
 
@@ -166,8 +171,16 @@ rl_handoff_remote_heard(int node, const char *key, const char *value,
 			s->remote = RL_REMOTE_COLLECTING;
 			rl_collecting = true;
 		}
+		/*
+		 * A node that handed the lock to another waiter says nothing of us:
+		 * that waiter was ahead of us in its queue (and the node's message
+		 * may be older than the others' word on us: each node's messages
+		 * come in order, but not in order with another node's), and the
+		 * node still hands it to us at a later release.  Only a lock left
+		 * free there says no.
+		 */
 		if (s->remote != RL_REMOTE_COLLECTING ||
-			ho->votes[node] != RL_VOTE_PENDING)
+			ho->votes[node] != RL_VOTE_PENDING || (value != NULL && !ours))
 			continue;
 		if (ours)
 		{

@@ -8,7 +8,8 @@
  * databases with different redlock.key_prefix values do not look like two
  * holders of one lock.  valid_until is the end of the validity its holder
  * was told, also once it has passed; for a lost lease, when the keep-alive
- * worker found it lost.
+ * worker found it lost.  place is a waiter's place in line across the
+ * servers sharing the nodes, 1 being next (lock_table_place.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -44,12 +45,13 @@ redlock_locks(PG_FUNCTION_ARGS)
 
 	/* a copy of the rows: no output work under the table's lock */
 	nrows = rl_lock_table_rows(&rows);
+	rl_lock_table_places(rows, nrows);
 
 	for (int i = 0; i < nrows; i++)
 	{
 		const RlLockRow *s = &rows[i];
-		Datum		values[14];
-		bool		nulls[14] = {0};
+		Datum		values[15];
+		bool		nulls[15] = {0};
 
 		values[0] = Int32GetDatum(s->pid);
 		values[1] = ObjectIdGetDatum(s->dbid);
@@ -71,12 +73,14 @@ redlock_locks(PG_FUNCTION_ARGS)
 			values[10] = BoolGetDatum(s->keep_alive);
 			values[11] = BoolGetDatum(s->lost);
 			values[13] = BoolGetDatum(s->limit_reached);
+			nulls[14] = true;
 		}
 		else
 		{
 			nulls[5] = nulls[6] = nulls[8] = nulls[9] = nulls[10] = nulls[11] = true;
 			nulls[13] = true;
 			values[7] = TimestampTzGetDatum(s->waitstart);
+			values[14] = Int32GetDatum(s->place);
 		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}

@@ -256,7 +256,7 @@ sub faketime_preload
 # releases must reach.
 
 push @EXPORT, qw(run_in long_session granted_after waiters reload_seen
-  worker_pid proc_kb socket_inodes net_sockets attempts lock_values offer_values command_calls
+  worker_pid proc_kb socket_inodes net_sockets attempts lock_values offer_values queued_offers command_calls
   remote_waiter);
 
 # one statement in a background session: (stdout, stderr), neither undef
@@ -385,12 +385,25 @@ sub lock_values
 	return map { my $v = $_->cli('GET', "redlock:lock:$res"); $v eq '' ? '-' : $v } @redis;
 }
 
-# on each node: the value of the waiters' offer for $res ("redlock:wait:"),
-# '-' for none
+# on each node: the value of the first live offer in the waiters' queue
+# for $res (the list "redlock:wait:<res>", each offer a hash
+# "redlock:offer:<value>" while it lives), '-' for none
 sub offer_values
 {
 	my ($res, @redis) = @_;
-	return map { my $v = $_->cli('HGET', "redlock:wait:$res", 'v'); $v eq '' ? '-' : $v } @redis;
+	return map { (queued_offers($res, $_), '-')[0] } @redis;
+}
+
+# the values of the live offers in $res's waiters' queue on the node, in
+# order (read in one script: a waiter's attempt may replace its offer
+# between two commands)
+sub queued_offers
+{
+	my ($res, $r) = @_;
+	my $lua = "local r = {} for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do "
+	  . "if redis.call('EXISTS', ARGV[1] .. v) == 1 then r[#r + 1] = v end end return r";
+	return grep { $_ ne '' }
+	  split /\n/, $r->cli('EVAL', $lua, '1', "redlock:wait:$res", 'redlock:offer:');
 }
 
 # the calls of a Redis command the nodes ran since their start or their last

@@ -1,6 +1,6 @@
 # A lease released on one server handed to a waiter on another in the
 # release script itself: the waiter's refused attempt leaves an offer (a
-# hash "redlock:wait:<resource>") on the nodes, the holder's release sets
+# queue "redlock:wait:<resource>") on the nodes, the holder's release sets
 # the waiter's value there and publishes it, and the waiter's wake-up worker
 # gathers the nodes' word.  The waiter makes no attempt of its own after the
 # release.  Also: the lease's validity, a waiter that gives up or is
@@ -58,8 +58,9 @@ ok(wait_for(sub { !grep { $_ eq '-' } lock_values('r1', @redis) }), 'r1: east ho
 my ($w, $wpid) = west_waiter('r1', undef, undef, settled => 1);
 ok(wait_for(sub { all_offer('r1', $wpid) }),
 	'r1: while it waits, every node has the offer of the west waiter (redlock:wait:r1)');
-is(join(' ', map { $_->cli('HGET', 'redlock:wait:r1', 'x') } @redis), '60000 60000 60000',
-	'r1: with the TTL of its call');
+is(join(' ', map { scalar(queued_offers('r1', $_)) } @redis), '1 1 1', 'r1: alone in the queue');
+is(join(' ', map { my ($v) = queued_offers('r1', $_); $_->cli('HGET', "redlock:offer:$v", 'x') } @redis),
+	'60000 60000 60000', 'r1: with the TTL of its call');
 my ($offered) = offer_values('r1', @redis);
 my $a0 = attempts($west);
 $_->cli('CONFIG', 'RESETSTAT') for @redis;

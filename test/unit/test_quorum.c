@@ -887,6 +887,40 @@ test_handoff_fresh(void)
 	}
 }
 
+static void
+test_queue_ahead(void)
+{
+	int32_t		five[5] = {3, 0, 2, 7, 1};
+	int32_t		same[3] = {2, 2, 2};
+
+	/* 5 nodes: the third smallest, at most that many ahead on a majority */
+	CHECK_I64(rl_queue_ahead(five, 5, 5), ==, 2);
+	CHECK_I64(rl_queue_ahead(five, 4, 5), ==, 3);	/* {3, 0, 2, 7} */
+	CHECK_I64(rl_queue_ahead(five, 3, 5), ==, 3);	/* {3, 0, 2} */
+	/* fewer than a majority queued it: its place is unknown */
+	CHECK_I64(rl_queue_ahead(five, 2, 5), ==, -1);
+	CHECK_I64(rl_queue_ahead(five, 0, 5), ==, -1);
+	CHECK_I64(rl_queue_ahead(same, 3, 3), ==, 2);
+	CHECK_I64(rl_queue_ahead(same, 2, 3), ==, 2);
+	CHECK_I64(rl_queue_ahead(same, 1, 1), ==, 2);
+	/* the caller's array is left as it was */
+	CHECK_I64(five[0], ==, 3);
+	CHECK_I64(five[4], ==, 1);
+}
+
+static void
+test_local_turn_over(void)
+{
+	/* k = 3: the lease came from the nodes, then three local handoffs */
+	CHECK(!rl_local_turn_over(0, 3));
+	CHECK(!rl_local_turn_over(1, 3));
+	CHECK(!rl_local_turn_over(2, 3));
+	CHECK(rl_local_turn_over(3, 3));
+	CHECK(rl_local_turn_over(4, 3));
+	/* k = 0: arrival order across servers, no local handoff ahead */
+	CHECK(rl_local_turn_over(0, 0));
+}
+
 /* ---------- 6. the adversarial node model ---------- */
 
 #define SIM_MAXN	7
@@ -1702,6 +1736,8 @@ main(void)
 	test_propose_token();
 	test_choose_token();
 	test_handoff_fresh();
+	test_queue_ahead();
+	test_local_turn_over();
 	test_restart_quarantine();
 
 	test_issue_sequence();
