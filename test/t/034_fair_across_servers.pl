@@ -161,7 +161,7 @@ $_->quit for $wa, $wb;
 $h->quit;
 
 # --- 4. four servers on one hot resource
-my $sql = $pg{s1}->basedir . '/029_cycle.sql';
+my $sql = $pg{s1}->basedir . '/034_cycle.sql';
 append_to_file($sql, q{
 SELECT statement_timestamp() AS t0, redlock_lock('hot', 5000, wait_ms => 20000) AS tok, clock_timestamp() AS t1 \gset
 SELECT redlock_unlock('hot');
