@@ -14,7 +14,7 @@
 # --only 'TAP 021' --seconds N keeps it; a failing run keeps it anyway and
 # prints where).  FROM, TO: seconds from the start of the soak (default: the
 # first 30 s of the main phase).  The intervals come from the soak's own
-# checker (test/perl/FeatureSoak.pm), run again on the history.  Needs
+# checker (test/perl/FeatureSoakCheck.pm), run again on the history.  Needs
 # gnuplot (Debian's gnuplot-nox, installed with apt-get when missing and
 # run as root) and perl with IPC::Run (libipc-run-perl).
 set -euo pipefail
@@ -48,7 +48,7 @@ trap '[ -n "${SOAK_PICTURE_KEEP:-}" ] || rm -rf "$work"' EXIT
 PERL5LIB="$top/test/perl${PERL5LIB:+:$PERL5LIB}" perl - "$hist" "$work" "$out" "$from" "$to" <<'PERL'
 use strict;
 use warnings FATAL => 'all';
-use FeatureSoak;
+use FeatureSoakCheck;
 use JSON::PP;
 
 my ($hist, $work, $out, $from, $to) = @ARGV;
@@ -58,8 +58,8 @@ my $run = decode_json(slurp("$hist/run.json"));
 my $t0 = $run->{t0};
 my @faults = jsonl("$hist/faults.jsonl");
 my @audit = -e "$hist/audit.jsonl" ? jsonl("$hist/audit.jsonl") : ();
-my $events = FeatureSoak::read_history(glob("$hist/session-*.jsonl"));
-my $rep = FeatureSoak::check(events => $events, faults => \@faults, audit => \@audit);
+my $events = FeatureSoakCheck::read_history(glob("$hist/session-*.jsonl"));
+my $rep = FeatureSoakCheck::check(events => $events, faults => \@faults, audit => \@audit);
 
 my $end = $run->{deadline} - $t0;
 if ($from eq '')
