@@ -187,6 +187,9 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 
 	res->elapsed_us = rl_now_us() - rl_nodes[idx].asked_at_us;
 
+	if (reply->type == REDIS_REPLY_ERROR &&
+		server_quarantine_refusal(&rl_nodes[idx], res, reply->str, reply->len))
+		return;
 	if (reply->type == REDIS_REPLY_ERROR)
 	{
 		res->vote = RL_VOTE_FAILED;
