@@ -76,6 +76,12 @@ sub check
 	for my $e (@{ $h{events} })
 	{
 		my $ev = $e->{ev};
+		# a lock call, granted or refused: how long it took
+		if (($ev eq 'grant' || $ev eq 'refused') && defined $e->{d})
+		{
+			my $m = $longest{ $e->{server} };
+			$longest{ $e->{server} } = $e if !$m || $e->{d} > $m->{d};
+		}
 		if ($ev eq 'grant')
 		{
 			my $l = { %$e, end => $e->{ret}, cut => undef, obs => 0 };
@@ -83,11 +89,6 @@ sub check
 			push @leases, $l;
 			$rep{grants}++;
 			$rep{kinds}{ $e->{kind} }++;
-		}
-		if (($ev eq 'grant' || $ev eq 'refused') && defined $e->{d})
-		{
-			my $m = $longest{ $e->{server} };
-			$longest{ $e->{server} } = $e if !$m || $e->{d} > $m->{d};
 		}
 		elsif ($ev eq 'obs')
 		{

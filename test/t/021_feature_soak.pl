@@ -87,7 +87,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedisNode;
 use NetFault;
-use RedlockTest qw(faketime_preload worker_pid);
+use RedlockTest qw(faketime_preload worker_pid seed_epoch);
 use Test::More;
 use List::Util qw(max);
 use Time::HiRes qw(time usleep);
@@ -205,6 +205,8 @@ note "history in $histdir (kept when a check fails, or when named by SOAK_HISTOR
 		'checker self-test: a statement over its wait_ms + 2 s is reported');
 	is(join(' ', map { "$_:$r->{longest}{$_}{d}" } sort keys %{ $r->{longest} }), 'east:5.9',
 		"checker self-test: each server's longest lock call is reported");
+	is(join(' ', map { "$_:$r->{refused}{$_}" } sort keys %{ $r->{refused} }), 'RL002:1',
+		'checker self-test: refusals are counted by their SQLSTATE');
 	my $r2 = FeatureSoakCheck::check(events => \@ev, faults => [ { kind => 'wipe', t => 200.5 } ],
 		audit => []);
 	is(scalar @{ $r2->{overlaps_wipe} }, 1,
@@ -254,6 +256,10 @@ my @redis = map {
 			args => [ '--appendonly', 'yes', '--appendfsync', 'always' ]);
 	});
 } 0 .. 4;
+# the nodes are new and hold no lock: their epochs written as old, as an
+# operator may (README), so that they count at once when the quarantine is
+# turned on; a node that restarts later begins a new epoch
+seed_epoch(@redis);
 # node $i as server $s names it
 sub node_of { my ($s, $i) = @_; return "$addr{$s}:" . $redis[$i]->port; }
 # the network faults need the root helper (run-tests.sh as root)
