@@ -29,6 +29,10 @@
 #
 # Every server it starts listens on ports that were free (Redis) or only on
 # a unix socket in its own directory (PostgreSQL), and is stopped at the end.
+# Run as root (as CI runs it), the TAP tests run as postgres, and a suite
+# that names REDLOCK_NETFAULT (the feature soak) gets network faults from a
+# root helper beside it (test/netfault.sh, nftables; see netfault_start);
+# without root that suite runs without them and says so.
 # Exits non-zero on any failure; the last line counts the suites.
 set -euo pipefail
 

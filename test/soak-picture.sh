@@ -99,7 +99,7 @@ my %state = (pause => 0x9e9e9e, kill9 => 0x303030, wipe => 0xc0392b, quarantine 
 # below (west) the node's lane, solid where cut, hatched where the node's
 # replies were dropped
 my %net_colour = (east => 0x0b3d91, west => 0xb34700);
-my %net_side = (east => 0.38, west => -0.38);
+my %net_side = (east => 0.31, west => -0.31);
 
 my $put = sub {
 	my ($name, @rows) = @_;
@@ -165,14 +165,14 @@ for my $f (@faults)
 		{
 			if ($seen->($t, $t_end))
 			{
-				push @states, $box->($t, $t_end, "node$n", 0.28, $state{ $f->{kind} });
+				push @states, $box->($t, $t_end, "node$n", 0.22, $state{ $f->{kind} });
 				$used{ $f->{kind} } = 1;
 			}
 			next unless $f->{kind} ne 'pause' && $f->{quarantine};
 			my $q_end = $t_end + $f->{quarantine};
 			if ($seen->($t_end, $q_end))
 			{
-				push @states, $box->($t_end, $q_end, "node$n", 0.28, $state{quarantine});
+				push @states, $box->($t_end, $q_end, "node$n", 0.22, $state{quarantine});
 				$used{quarantine} = 1;
 			}
 		}
