@@ -39,6 +39,7 @@ dir=$1
 owner=$2
 parent=$3
 seconds=$4
+[ "$parent" != $$ ] || { echo "netfault: PARENT_PID is this helper's own" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "netfault: needs root (nftables)" >&2; exit 1; }
 command -v nft > /dev/null || { echo "netfault: nft is missing (Debian's nftables)" >&2; exit 1; }
 [ -d "$dir" ] || { echo "netfault: $dir is not a directory" >&2; exit 2; }

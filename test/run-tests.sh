@@ -195,11 +195,14 @@ fi
 netfault_dir=
 netfault_pid=
 netfault_start() {
-	local dir=$tap/netfault-$BASHPID i
+	# this suite's shell ($BASHPID inside the background job below would be
+	# the helper's own)
+	local me=$BASHPID
+	local dir=$tap/netfault-$me i
 	[ "$(id -u)" -eq 0 ] && command -v nft > /dev/null || return 0
 	mkdir -p "$dir"
 	chmod 755 "$dir"
-	bash "$top/test/netfault.sh" "$dir" postgres "$BASHPID" $((${SOAK_SECONDS:-60} + 3600)) &
+	bash "$top/test/netfault.sh" "$dir" postgres "$me" $((${SOAK_SECONDS:-60} + 3600)) &
 	netfault_pid=$!
 	for i in $(seq 100); do
 		if grep -qx ready "$dir/netfault.log" 2> /dev/null; then
