@@ -279,7 +279,7 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 		ereport(LOG,
 				(errmsg("Redis node %s begins a new epoch: it does not count toward a majority for %lld ms",
 						node->name, (long long) left_ms),
-				 errdetail("%s", rl_epoch_reason(&epoch)),
+				 errdetail("A new epoch was written because %s.", rl_epoch_reason(&epoch)),
 				 errhint("See redlock.restart_quarantine.")));
 
 	info = reply->element[0];
