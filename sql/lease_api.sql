@@ -88,6 +88,48 @@ SELECT resource FROM redlock_leases ORDER BY 1;
 COMMIT;
 SELECT count(*) FROM redlock_leases;
 
+-- re-entry: the holds follow subtransactions, as a local lock's holds
+-- follow their resource owners
+BEGIN;
+SELECT redlock_xact_lock('api:re') > 0 AS got;
+SAVEPOINT sp;
+SELECT redlock_xact_lock('api:re') > 0 AS got;
+SELECT holds FROM redlock_leases WHERE resource = 'api:re';
+ROLLBACK TO SAVEPOINT sp;
+SELECT holds FROM redlock_leases WHERE resource = 'api:re';
+-- blocks whose exception handler rolls back their own subtransaction
+DO $$ BEGIN PERFORM redlock_xact_lock('api:re'); PERFORM 1 / 0;
+EXCEPTION WHEN division_by_zero THEN NULL; END $$;
+DO $$ BEGIN PERFORM redlock_xact_lock('api:re'); PERFORM 1 / 0;
+EXCEPTION WHEN division_by_zero THEN NULL; END $$;
+SELECT holds FROM redlock_leases WHERE resource = 'api:re';
+-- a subtransaction that commits leaves its holds to its parent, and they
+-- go when the parent rolls back
+SAVEPOINT a;
+SELECT redlock_xact_lock('api:re') > 0 AS got;
+SAVEPOINT b;
+SELECT redlock_xact_lock('api:re') > 0 AS got;
+RELEASE SAVEPOINT b;
+SELECT holds FROM redlock_leases WHERE resource = 'api:re';
+ROLLBACK TO SAVEPOINT a;
+SELECT holds FROM redlock_leases WHERE resource = 'api:re';
+SAVEPOINT c;
+SELECT redlock_xact_lock('api:re') > 0 AS got;
+RELEASE SAVEPOINT c;
+SELECT holds FROM redlock_leases WHERE resource = 'api:re';
+COMMIT;
+SELECT count(*) FROM redlock_leases;
+-- a session hold taken in a subtransaction that rolls back stays
+BEGIN;
+SELECT redlock_xact_lock('api:re') > 0 AS got;
+SAVEPOINT sp;
+SELECT redlock_lock('api:re') > 0 AS got;
+ROLLBACK TO SAVEPOINT sp;
+SELECT scope, holds FROM redlock_leases WHERE resource = 'api:re';
+COMMIT;
+SELECT scope, holds FROM redlock_leases WHERE resource = 'api:re';
+SELECT redlock_unlock('api:re');
+
 -- transaction leases cannot survive PREPARE
 BEGIN;
 SELECT redlock_xact_lock('api:p') > 0 AS got;
