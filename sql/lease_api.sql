@@ -56,8 +56,30 @@ SELECT redlock_try_xact_lock('api:x') > 0 AS got;
 SELECT 1 / 0;
 ROLLBACK;
 SELECT count(*) FROM redlock_leases;
--- outside a transaction block the lease lasts one statement
+-- outside a transaction block the lease lasts one statement: a WARNING, as
+-- for SET LOCAL there
 SELECT redlock_xact_lock('api:x') > 0 AS got;
+SELECT count(*) FROM redlock_leases;
+SELECT redlock_try_xact_lock('api:x') > 0 AS got;
+-- not in a function, procedure or DO block: they use it in their statement
+DO $$ BEGIN PERFORM redlock_xact_lock('api:x'); END $$;
+CREATE FUNCTION pg_temp.xact_lock_in_function() RETURNS boolean
+LANGUAGE plpgsql AS $$ BEGIN RETURN redlock_try_xact_lock('api:x') > 0; END $$;
+SELECT pg_temp.xact_lock_in_function() AS got;
+SELECT count(*) FROM redlock_leases;
+
+-- a transaction lease that ran out before COMMIT: a WARNING naming it (the
+-- DETAIL's token varies: TAP 027 checks it); none at ROLLBACK
+BEGIN;
+SELECT redlock_xact_lock('api:late', 50) > 0 AS got;
+SELECT pg_sleep(0.1);
+\set VERBOSITY terse
+COMMIT;
+BEGIN;
+SELECT redlock_xact_lock('api:late', 50) > 0 AS got;
+SELECT pg_sleep(0.1);
+ROLLBACK;
+\set VERBOSITY default
 SELECT count(*) FROM redlock_leases;
 
 -- a session lease taken in a failed transaction stays (as advisory locks)
