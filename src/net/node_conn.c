@@ -463,14 +463,24 @@ node_read(RlNode *node, RlRequest *req)
 		node_lost(node, req, lost);
 }
 
-/* Write what is queued for the node; a connection that broke is lost. */
+/*
+ * Write what is queued for the node; a connection that broke is lost.  A
+ * node that closed it may have said why first (a refusal at connect: its
+ * maxclients, protected mode): what it sent is read before the write's
+ * error is taken for the cause.
+ */
 void
 node_write(RlNode *node, RlRequest *req)
 {
 	char		lost[200];
+	char		unread[200];
 
-	if (!pipeline_write(node, lost, sizeof(lost)))
-		node_lost(node, req, lost);
+	if (pipeline_write(node, lost, sizeof(lost)))
+		return;
+	if (pipeline_read(node, req, unread, sizeof(unread)) &&
+		node->state != RL_CONN_READY)
+		return;					/* the node's own words failed it */
+	node_lost(node, req, lost);
 }
 
 /* Move on the nodes whose lookup ended: connect them. */

@@ -185,6 +185,7 @@ extern void report_clip(char *dst, size_t len, const char *fmt,...) pg_attribute
 extern void report_vclip(char *dst, size_t len, const char *fmt, va_list args) pg_attribute_printf(3, 0);
 extern const char *report_closed_hint(const RlNode *node);
 extern const char *report_text_hint(const char *text);
+extern const char *report_refusal_hint(const char *text, size_t len);
 extern bool report_server_wide(void);
 extern void report_failure(const RlNode *node, RlNodeOutcome kind,
 						   int64_t began_us);

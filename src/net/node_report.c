@@ -99,6 +99,34 @@ static const struct
 	{"MASTERDOWN", "A node is a replica that lost its master: redlock.nodes must name independent masters."},
 };
 
+/*
+ * What a node that refuses a connection as soon as it is made says (the
+ * first reply, before it closes the connection), and the hint for it; NULL
+ * if text is no such refusal.
+ */
+const char *
+report_refusal_hint(const char *text, size_t len)
+{
+	static const struct
+	{
+		const char *words;
+		const char *hint;
+	}			refusals[] =
+	{
+		{"ERR max number of clients reached", "A node refused the connection because it has as many clients as its maxclients setting allows: raise maxclients on the node (CONFIG SET maxclients, and in its configuration file), or have fewer clients connect to it (redlock.shared_connections lets this server's sessions share one connection per node)."},
+		{"DENIED", "A node in protected mode refused a connection from another host: give the node a password (requirepass, and redlock.password here) or bind it to the addresses it should serve with protected-mode no, as its message says."},
+	};
+
+	for (int i = 0; i < lengthof(refusals); i++)
+	{
+		size_t		wlen = strlen(refusals[i].words);
+
+		if (len >= wlen && strncmp(text, refusals[i].words, wlen) == 0)
+			return refusals[i].hint;
+	}
+	return NULL;
+}
+
 /* The hint for a node's failure described by text, or NULL. */
 const char *
 report_text_hint(const char *text)
