@@ -169,6 +169,7 @@ node_connect(RlNode *node, RlRequest *req)
 	node->connect_deadline_us = now + (int64_t) rl_connect_timeout_ms * 1000;
 	node->naddrs = node->next_addr = 0;
 	node->addr_error[0] = '\0';
+	node->tls_broken = false;
 	rl_wes_stale = true;
 
 	/*
@@ -446,8 +447,9 @@ node_lost(RlNode *node, RlRequest *req, const char *what)
 		}
 		return;
 	}
-	node_fail_hint(node, req, RL_OUTCOME_REFUSED, report_closed_hint(node),
-				   "%s", what);
+	node_fail_hint(node, req,
+				   node->tls_broken ? RL_OUTCOME_TLS : RL_OUTCOME_REFUSED,
+				   report_closed_hint(node), "%s", what);
 }
 
 /*

@@ -186,6 +186,7 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 	RlNodeResult *res = &req->results[idx];
 
 	res->elapsed_us = rl_now_us() - rl_nodes[idx].asked_at_us;
+	rl_nodes[idx].last_rtt_us = Max(res->elapsed_us, 1);
 
 	if (reply->type == REDIS_REPLY_ERROR)
 	{

@@ -117,6 +117,7 @@ server_quarantined(RlNode *node, RlRequest *req)
 	t = (pg_time_t) (wall_us / 1000000);
 	tm = session_timezone ? pg_localtime(&t, session_timezone) : NULL;
 	res->vote = RL_VOTE_FAILED;
+	res->hint = "A node restarted lately and may have lost the locks it held, so it counts toward a majority only once redlock.restart_quarantine has passed since its start (redlock_nodes.quarantined_until): wait until then; lower redlock.restart_quarantine only for nodes that fsync every write (appendfsync always).";
 	if (tm != NULL)
 		snprintf(res->detail, sizeof(res->detail),
 				 "quarantined after a restart until %02d:%02d:%02d.%03d (redlock.restart_quarantine)",
