@@ -69,7 +69,7 @@ SELECT pg_temp.xact_lock_in_function() AS got;
 SELECT count(*) FROM redlock_leases;
 
 -- a transaction lease that ran out before COMMIT: a WARNING naming it (the
--- DETAIL's token varies: TAP 027 checks it); none at ROLLBACK
+-- DETAIL's token varies: TAP 029 checks it); none at ROLLBACK
 BEGIN;
 SELECT redlock_xact_lock('api:late', 50) > 0 AS got;
 SELECT pg_sleep(0.1);
