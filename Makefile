@@ -33,7 +33,6 @@ OBJS = \
 	src/shared/lock_table_remote.o \
 	src/shared/lock_table_handoff.o \
 	src/shared/lock_table_workers.o \
-	src/shared/restart_memory.o \
 	src/shared/health_memory.o \
 	src/shared/stats.o \
 	src/shared/shared_rounds.o \
@@ -59,7 +58,7 @@ OBJS = \
 	src/workers/worker.o \
 	src/workers/wakeup.o \
 	src/workers/dispatcher.o
-DATA = sql/redlock--1.0.sql sql/redlock--1.0--1.1.sql
+DATA = sql/redlock--1.0.sql sql/redlock--1.0--1.1.sql sql/redlock--1.1--1.2.sql
 PGFILEDESC = "redlock - Redlock quorum leases with fencing tokens"
 
 # hiredis: the system's by default; another one with e.g.

@@ -65,6 +65,17 @@ stop_pid() {
 	kill -KILL "$pid" 2>/dev/null || true
 }
 
+# seed_epoch PORT: a node we just started is new and holds no lock, so its
+# epoch (the record the restart quarantine rests on, key "redlock:epoch")
+# is written as old ("seeded"), as an operator may do for nodes just
+# provisioned (README, "The restart quarantine"): a first lock call does not
+# wait out redlock.restart_quarantine.
+seed_epoch() {
+	local port=$1 run_id
+	run_id=$(redis-cli -p "$port" INFO server | tr -d '\r' | sed -n 's/^run_id://p')
+	[ -n "$run_id" ] && [ "$(redis-cli -p "$port" SET redlock:epoch "0 $run_id seeded")" = OK ]
+}
+
 # start_node PORT [args...]: 0 when PORT is now served by a redis-server we
 # started (its pid in DIR/PORT/pid); 1 when the port was taken, with the
 # node we tried stopped and its directory removed.
@@ -87,8 +98,9 @@ start_node() {
 		served=$(redis-cli -p "$port" INFO server 2>/dev/null | tr -d '\r' |
 			sed -n 's/^process_id://p') || true
 		if [ -n "$served" ]; then
-			[ "$served" = "$pid" ] && return 0
-			break	# someone else answers on this port
+			[ "$served" = "$pid" ] || break	# someone else answers on this port
+			seed_epoch "$port" && return 0
+			break
 		fi
 		sleep 0.05
 	done

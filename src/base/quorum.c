@@ -219,63 +219,69 @@ rl_choose_token(int64_t proposal, const int64_t *counters, int ncounters,
 }
 
 /*
- * When a server started, from the uptime_in_seconds it reported and the
- * moment its answer was read (seen_us): its uptime then was at least
- * uptime_s, so it started at seen_us - uptime_s at the latest.  The latest
- * start is taken, which makes a quarantine counted from it longer, never
- * shorter.  An unknown uptime (< 0) counts as a start at seen_us.
- */
-int64_t
-rl_server_start_us(int64_t seen_us, int64_t uptime_s)
-{
-	if (uptime_s < 0)
-		return seen_us;
-	if (uptime_s > INT64_MAX / 2000000)
-		uptime_s = INT64_MAX / 2000000;
-	return seen_us - uptime_s * 1000000;	/* may be before the clock's 0 */
-}
-
-/*
- * A node showed run_id, its server having started at start_us: record it
- * in memo.  A run_id other than the one recorded is a restart (the server
- * lost what it held unless it persists every write), and its start is
- * recorded; the same run_id keeps what was recorded.  The first sighting
- * (nothing recorded) is no restart: a server that never saw the node before
- * cannot tell.  Returns true when this sighting is a restart.
+ * Parse a node's epoch, "SINCE_MS RUN_ID WHY" (RUN_ID may be empty: "SINCE_MS
+ * \ WHY" with two spaces).  False, with *epoch zeroed, when it is not one.
  */
 bool
-rl_restart_sighting(RlRestartMemo *memo, const char *run_id, int64_t start_us)
+rl_parse_epoch(const char *s, size_t len, RlEpoch *epoch)
 {
-	bool		restarted;
+	int64_t		since;
+	size_t		i = 0;
+	size_t		start;
 
-	if (run_id == NULL || run_id[0] == '\0' ||
-		strncmp(memo->run_id, run_id, RL_RUN_ID_LEN) == 0)
+	memset(epoch, 0, sizeof(*epoch));
+	while (i < len && s[i] != ' ')
+		i++;
+	if (i == len || !rl_parse_counter(s, i, &since))
 		return false;
-	restarted = memo->run_id[0] != '\0';
-	memo->restarted = restarted;
-	memo->start_us = restarted ? start_us : 0;
-	strncpy(memo->run_id, run_id, RL_RUN_ID_LEN);
-	memo->run_id[RL_RUN_ID_LEN] = '\0';
-	return restarted;
+	start = ++i;
+	while (i < len && s[i] != ' ')
+		i++;
+	if (i == len || i - start > RL_RUN_ID_LEN)
+		return false;
+	memcpy(epoch->run_id, s + start, i - start);
+	start = ++i;
+	if (len - start == 0 || len - start > RL_EPOCH_WHY_LEN)
+		return false;
+	for (size_t k = start; k < len; k++)
+		if (s[k] < 'a' || s[k] > 'z')
+			return false;
+	memcpy(epoch->why, s + start, len - start);
+	epoch->since_ms = since;
+	return true;
 }
 
 /*
- * Until when a node seen to restart stays out of every majority:
- * quarantine_ms after its server's start, so that every lock it held
- * before it lost them has expired everywhere (Redlock's delayed restart).
- * Returns that moment while it is still ahead of now_us, else 0 (not
- * quarantined: no restart seen, the quarantine is over, or it is off).
+ * How long the node stays out of every majority, at node_now_ms on its own
+ * clock: until since_ms + quarantine_ms.  0 when that has passed or the
+ * quarantine is off.  A clock that went back before since_ms counts as no
+ * time passed.
  */
 int64_t
-rl_quarantined_until(const RlRestartMemo *memo, int64_t quarantine_ms,
-					 int64_t now_us)
+rl_epoch_quarantine_left_ms(const RlEpoch *epoch, int64_t node_now_ms,
+							int64_t quarantine_ms)
 {
-	int64_t		until;
+	int64_t		passed;
 
-	if (!memo->restarted || quarantine_ms <= 0)
+	if (quarantine_ms <= 0)
 		return 0;
-	until = memo->start_us + quarantine_ms * 1000;
-	return now_us < until ? until : 0;
+	passed = node_now_ms - epoch->since_ms;
+	if (passed < 0)
+		passed = 0;
+	return passed < quarantine_ms ? quarantine_ms - passed : 0;
+}
+
+/* Why the epoch began, in words for a DETAIL or a view. */
+const char *
+rl_epoch_reason(const RlEpoch *epoch)
+{
+	if (strcmp(epoch->why, "new") == 0)
+		return "the node had no epoch (it is new, restarted without its data, or was flushed)";
+	if (strcmp(epoch->why, "restart") == 0)
+		return "another server process answers than the one that wrote the epoch (the node restarted from its files, or a replica took over)";
+	if (strcmp(epoch->why, "seeded") == 0)
+		return "the epoch was written by an operator";
+	return "unknown";
 }
 
 /*

@@ -87,24 +87,32 @@ extern bool rl_handoff_fresh(int64_t set_after_us, int64_t now_us,
 							 int64_t round_us);
 
 /*
- * What this server last saw of one node (an entry of redlock.nodes): its
- * run_id, and when the server behind it started if that run_id was seen to
- * replace another.
+ * A node's epoch: the record, kept on the node itself (the key
+ * "<prefix>epoch"), of when its present memory began: the node's own clock
+ * (ms since 1970) when a redlock client found it without an epoch (a new
+ * node, one restarted without its data, or flushed) or found the epoch
+ * written by another server process (restarted from its files, or a replica
+ * promoted).  Its value is "SINCE_MS RUN_ID WHY".  Until SINCE_MS plus
+ * redlock.restart_quarantine the node may have lost locks that holders
+ * still count on, so its vote does not count toward a majority for lock and
+ * extend calls (decided on the node, in the same script as the vote; these
+ * are the same rules, for what is shown and told).
  */
 #define RL_RUN_ID_LEN	40
+#define RL_EPOCH_WHY_LEN 15
 
-typedef struct RlRestartMemo
+typedef struct RlEpoch
 {
-	char		run_id[RL_RUN_ID_LEN + 1];	/* "" until first seen */
-	bool		restarted;		/* run_id replaced another one */
-	int64_t		start_us;		/* if so, when its server started */
-} RlRestartMemo;
+	int64_t		since_ms;		/* the node's clock */
+	char		run_id[RL_RUN_ID_LEN + 1];	/* of the process that wrote it */
+	char		why[RL_EPOCH_WHY_LEN + 1];	/* "new", "restart", "seeded" */
+} RlEpoch;
 
-extern int64_t rl_server_start_us(int64_t seen_us, int64_t uptime_s);
-extern bool rl_restart_sighting(RlRestartMemo *memo, const char *run_id,
-								int64_t start_us);
-extern int64_t rl_quarantined_until(const RlRestartMemo *memo,
-									int64_t quarantine_ms, int64_t now_us);
+extern bool rl_parse_epoch(const char *s, size_t len, RlEpoch *epoch);
+extern int64_t rl_epoch_quarantine_left_ms(const RlEpoch *epoch,
+										   int64_t node_now_ms,
+										   int64_t quarantine_ms);
+extern const char *rl_epoch_reason(const RlEpoch *epoch);
 
 extern bool rl_parse_counter(const char *s, size_t len, int64_t *value);
 extern int	rl_format_counter(int64_t value, char *buf);

@@ -39,6 +39,29 @@ attempt(const char *resource, const char *key, int keylen, int ttl_ms,
 }
 
 /*
+ * A lease whose TTL is longer than redlock.restart_quarantine outlives the
+ * quarantine: a node that lost its lock could count for someone else while
+ * it is still valid.  Said once per session, when the first such lease is
+ * asked for.
+ */
+static void
+warn_quarantine_short(int ttl_ms)
+{
+	static bool warned = false;
+
+	if (warned || rl_restart_quarantine_ms <= 0 ||
+		ttl_ms <= rl_restart_quarantine_ms)
+		return;
+	warned = true;
+	ereport(WARNING,
+			(errcode(ERRCODE_WARNING),
+			 errmsg("lease TTL %d ms is longer than redlock.restart_quarantine (%d ms)",
+					ttl_ms, rl_restart_quarantine_ms),
+			 errdetail("A Redis node that loses its data is kept out of every majority for redlock.restart_quarantine; a lease that lives longer can then be granted to a second holder while the first still counts on it."),
+			 errhint("Raise redlock.restart_quarantine above the largest TTL in use, or use shorter TTLs (keep_alive extends them). This warning is given once per session.")));
+}
+
+/*
  * Take (or re-enter) a lease on resource for ttl_ms, held for the
  * transaction (xact) or the session.  Returns the token, or -1 when
  * try_only and the resource is held elsewhere.  wait_ms: -1 for no limit
@@ -69,6 +92,7 @@ rl_lease_acquire(const char *resource, int ttl_ms, bool xact, bool try_only,
 	rl_session_nodes_ready();
 	if (keep_alive)
 		rl_lock_table_keep_alive_check();
+	warn_quarantine_short(ttl_ms);
 
 	lease = rl_registry_find(resource);
 	if (lease != NULL && lease->state == RL_LEASE_RELEASING)

@@ -255,11 +255,14 @@ extern void node_fail_hint(RlNode *node, RlRequest *req, RlNodeOutcome kind,
 extern void node_answering(RlNode *node);
 extern void node_connect_timed_out(RlNode *node, RlRequest *req);
 
-/* node_server.c: which server answers (INFO server), quarantine, duplicates */
+/* node_server.c: which server answers (INFO server), its epoch, duplicates */
 extern bool server_queue_info(RlNode *node);
 extern void server_learn(RlNode *node, RlRequest *req, const redisReply *reply);
 extern bool server_same_as_other(const RlNode *node);
-extern bool server_quarantined(RlNode *node, RlRequest *req);
+extern bool server_quarantine_refusal(RlNode *node, RlNodeResult *res,
+									  const char *str, size_t len);
+extern void server_quarantine_detail(RlNodeResult *res, int64_t until_us,
+									 const RlEpoch *epoch);
 extern void server_refuse_duplicates(void);
 
 /* node_pipeline.c: replies read and handed on, queued commands written */

@@ -188,6 +188,9 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 	res->elapsed_us = rl_now_us() - rl_nodes[idx].asked_at_us;
 	rl_nodes[idx].last_rtt_us = Max(res->elapsed_us, 1);
 
+	if (reply->type == REDIS_REPLY_ERROR &&
+		server_quarantine_refusal(&rl_nodes[idx], res, reply->str, reply->len))
+		return;
 	if (reply->type == REDIS_REPLY_ERROR)
 	{
 		res->vote = RL_VOTE_FAILED;

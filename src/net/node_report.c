@@ -395,6 +395,8 @@ report_round(const RlRequest *req)
 		ev->request = true;
 		ev->began_us = res->asked_us;
 		ev->command = command;
+		if (rl_nodes[i].ident.epoch_known)
+			ev->ident = &rl_nodes[i].ident;
 		if (res->vote == RL_VOTE_YES || res->vote == RL_VOTE_NO)
 			ev->outcome = RL_OUTCOME_SUCCESS;
 		else if (res->vote == RL_VOTE_FAILED)

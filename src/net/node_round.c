@@ -112,10 +112,6 @@ round_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff,
 		return;
 	}
 
-	/* restarted lately: not asked for a vote that would not count */
-	if (server_quarantined(node, req))
-		return;
-
 	if (node->state == RL_CONN_NONE && now < node->retry_at_us && honour_backoff)
 	{
 		char		why[RL_DETAIL_LEN - 80];	/* room for the rest */

@@ -18,16 +18,19 @@
  * calls are refused (RL004) until the list is fixed.  A server that does
  * not let us run INFO (an ACL without +info) is not checked.
  *
- * The identity also tells when a node restarted (run_id changes, and
- * uptime_in_seconds says since when): RlServerIdent is kept per node, across
- * connections.  A node seen to restart is quarantined: a restarted node has
- * lost the locks it held (unless it fsyncs every write), so counting it
- * toward a majority at once could grant a lock whose holder still has
- * validity left (Redlock's delayed restart).  Lock and extend rounds do not
- * ask it until redlock.restart_quarantine after its start, and a vote it
- * gave in the round that showed the restart does not count.  The last
- * run_id of each node name is kept per backend, or for the whole server
- * when a higher layer registers a sighting hook.
+ * The restart quarantine rests on the node's epoch (quorum.h), a key on
+ * the node itself, "<prefix>epoch": when the node's present memory began.
+ * The script that asks INFO server on a new connection also reads it, and
+ * writes it anew when it is missing (a new node, a restart without data, a
+ * FLUSHALL) or was written by another server process (a restart from the
+ * node's files, a replica promoted): that is the moment the node may have
+ * lost locks.  Every script that grants or extends a lock checks the epoch
+ * in the same call and refuses, with "QUARANTINED <ms left> <epoch>", while
+ * it is younger than redlock.restart_quarantine (protocol_values.c builds
+ * their arguments), writing it first if it went missing meanwhile.  So the
+ * evidence survives whatever a PostgreSQL server forgets (a crash restart,
+ * a new server, any number of node names), and every server that shares
+ * the node sees it.
  *
  * Nothing here raises an ERROR but server_refuse_duplicates(), which runs
  * only where the caller may raise.
@@ -42,101 +45,129 @@
 
 #include "net/node_internal.h"
 
-static RlSighting backend_sightings[RL_SIGHTINGS];
-static RlSightingHook sighting_hook = NULL;
-
-void
-rl_nodes_set_sighting_hook(RlSightingHook hook)
-{
-	sighting_hook = hook;
-}
-
-/*
- * Record that node showed run_id, its server having started at start_us,
- * in table (RL_SIGHTINGS entries), and copy what is recorded for it into
- * *memo.  A name not in the table takes a free entry or the one seen
- * longest ago.  Returns true when this sighting is a restart.  Raises
- * nothing; the caller holds whatever lock protects the table.
- */
-bool
-rl_sightings_record(RlSighting *table, const char *node, const char *run_id,
-					int64_t start_us, RlRestartMemo *memo)
-{
-	RlSighting *entry = NULL;
-	bool		restarted;
-
-	for (int i = 0; i < RL_SIGHTINGS && entry == NULL; i++)
-		if (strcmp(table[i].node, node) == 0)
-			entry = &table[i];
-	if (entry == NULL)
-	{
-		entry = &table[0];
-		for (int i = 1; i < RL_SIGHTINGS; i++)
-			if (table[i].seen_us < entry->seen_us)
-				entry = &table[i];
-		memset(entry, 0, sizeof(*entry));
-		strlcpy(entry->node, node, sizeof(entry->node));
-	}
-	restarted = rl_restart_sighting(&entry->memo, run_id, start_us);
-	entry->seen_us = rl_now_us();
-	*memo = entry->memo;
-	return restarted;
-}
-
 int64_t
 rl_node_quarantined_until(int i)
 {
-	return rl_quarantined_until(&rl_nodes[i].ident.restart,
-								rl_restart_quarantine_ms, rl_now_us());
+	const RlServerIdent *id = &rl_nodes[i].ident;
+	int64_t		now_us = rl_now_us();
+	int64_t		left_ms;
+
+	if (!id->epoch_known)
+		return 0;
+	left_ms = rl_epoch_quarantine_left_ms(&id->epoch,
+										  id->epoch_node_now_ms +
+										  (now_us - id->epoch_read_us) / 1000,
+										  rl_restart_quarantine_ms);
+	return left_ms > 0 ? now_us + left_ms * 1000 : 0;
+}
+
+/* Keep what the node said of its epoch, read at node_now_ms on its clock. */
+static void
+server_keep_epoch(RlNode *node, const RlEpoch *epoch, int64_t node_now_ms)
+{
+	node->ident.epoch = *epoch;
+	node->ident.epoch_known = true;
+	node->ident.epoch_node_now_ms = node_now_ms;
+	node->ident.epoch_read_us = rl_now_us();
 }
 
 /*
- * Is the node out of this round's majority for a restart?  Rounds of lock
- * and extend calls count votes; releases (must-deliver), probes and
- * questions (status replies) go to it.  If so, its result says until when.
+ * A script's refusal for the quarantine, "QUARANTINED <ms left> <epoch>":
+ * the node's vote fails, the node answered (no failure of its own), and
+ * its epoch is kept.  False when the error reply is another.
  */
 bool
-server_quarantined(RlNode *node, RlRequest *req)
+server_quarantine_refusal(RlNode *node, RlNodeResult *res,
+						  const char *str, size_t len)
 {
-	RlNodeResult *res = &req->results[node - rl_nodes];
-	int64_t		until;
+	static const char word[] = "QUARANTINED ";
+	const char *p = str + sizeof(word) - 1;
+	const char *end = str + len;
+	const char *sp;
+	int64_t		left_ms;
+	RlEpoch		epoch;
+
+	if (len < sizeof(word) - 1 || memcmp(str, word, sizeof(word) - 1) != 0 ||
+		(sp = memchr(p, ' ', end - p)) == NULL ||
+		!rl_parse_counter(p, sp - p, &left_ms) ||
+		!rl_parse_epoch(sp + 1, end - sp - 1, &epoch))
+		return false;
+	server_keep_epoch(node, &epoch,
+					  epoch.since_ms + rl_restart_quarantine_ms - left_ms);
+	res->vote = RL_VOTE_FAILED;
+	res->outcome = RL_OUTCOME_SUCCESS;
+	res->hint = "A node whose epoch is younger than redlock.restart_quarantine may have lost locks that holders still count on; it counts again once the quarantine has passed (redlock_nodes.quarantined_until).";
+	server_quarantine_detail(res, rl_now_us() + left_ms * 1000, &epoch);
+	return true;
+}
+
+/*
+ * The DETAIL of a node out for its quarantine until until_us (rl_now_us()
+ * clock): until when on the wall clock, in the session's time zone, and why.
+ */
+void
+server_quarantine_detail(RlNodeResult *res, int64_t until_us,
+						 const RlEpoch *epoch)
+{
 	struct timeval tv;
 	pg_time_t	t;
 	struct pg_tm *tm;
 	int64_t		wall_us;
+	char		when[64];
 
-	if (req->probe || req->must_deliver || req->reply_kind == RL_REPLY_STATUS)
-		return false;
-	until = rl_node_quarantined_until(node - rl_nodes);
-	if (until == 0)
-		return false;
-
-	/* on the wall clock, in the session's time zone */
 	gettimeofday(&tv, NULL);
-	wall_us = (int64_t) tv.tv_sec * 1000000 + tv.tv_usec + (until - rl_now_us());
+	wall_us = (int64_t) tv.tv_sec * 1000000 + tv.tv_usec + (until_us - rl_now_us());
 	t = (pg_time_t) (wall_us / 1000000);
 	tm = session_timezone ? pg_localtime(&t, session_timezone) : NULL;
-	res->vote = RL_VOTE_FAILED;
-	res->hint = "A node restarted lately and may have lost the locks it held, so it counts toward a majority only once redlock.restart_quarantine has passed since its start (redlock_nodes.quarantined_until): wait until then; lower redlock.restart_quarantine only for nodes that fsync every write (appendfsync always).";
 	if (tm != NULL)
-		snprintf(res->detail, sizeof(res->detail),
-				 "quarantined after a restart until %02d:%02d:%02d.%03d (redlock.restart_quarantine)",
+		snprintf(when, sizeof(when), "until %02d:%02d:%02d.%03d",
 				 tm->tm_hour, tm->tm_min, tm->tm_sec, (int) (wall_us % 1000000 / 1000));
 	else
-		snprintf(res->detail, sizeof(res->detail),
-				 "quarantined after a restart for %d ms more (redlock.restart_quarantine)",
-				 (int) ((until - rl_now_us() + 999) / 1000));
-	return true;
+		snprintf(when, sizeof(when), "for %d ms more",
+				 (int) ((until_us - rl_now_us() + 999) / 1000));
+	report_clip(res->detail, sizeof(res->detail),
+				"quarantined %s (redlock.restart_quarantine): %s",
+				when, rl_epoch_reason(epoch));
 }
 
-/* Queue INFO server on a new connection, owing a reply tagged RL_TAG_INFO. */
+/*
+ * On a new connection: INFO server, and the node's epoch read, or written
+ * anew when it is missing or another server process wrote it (the node
+ * restarted from its files, or a replica took over).  Returns {INFO text,
+ * epoch, the node's clock in ms}.  The epoch is the key ARGV[1].
+ */
+static const char EPOCH_CONNECT_SCRIPT[] =
+"local info = redis.call('INFO', 'server')\n"
+"local rid = string.match(info, 'run_id:(%w+)') or ''\n"
+"local t = redis.call('TIME')\n"
+"local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))\n"
+"local e = redis.call('GET', ARGV[1])\n"
+"local erid = e and string.match(e, '^%d+ (%w*) %l+$')\n"
+"if not erid or erid ~= rid then\n"
+"  e = now .. ' ' .. rid .. (erid and ' restart' or ' new')\n"
+"  redis.call('SET', ARGV[1], e)\n"
+"end\n"
+"return {info, e, now}\n";
+
+/*
+ * Queue the connect script on a new connection, owing a reply tagged
+ * RL_TAG_INFO.  Formatted here, into a buffer of our own: it may run on
+ * commit, abort and exit paths, where nothing may raise.
+ */
 bool
 server_queue_info(RlNode *node)
 {
-	static const char cmd[] = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
+	static char cmd[sizeof(EPOCH_CONNECT_SCRIPT) + RL_KEY_MAX + 64];
+	char		key[RL_KEY_MAX + 1];
+	int			keylen;
+	int			len;
 
-	return sock_append(node, cmd, sizeof(cmd) - 1) &&
-		queue_owe(node, RL_TAG_INFO);
+	keylen = snprintf(key, sizeof(key), "%sepoch", rl_key_prefix);
+	len = snprintf(cmd, sizeof(cmd), "*4\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n0\r\n$%d\r\n%s\r\n",
+				   (int) sizeof(EPOCH_CONNECT_SCRIPT) - 1, EPOCH_CONNECT_SCRIPT,
+				   keylen, key);
+	return len > 0 && len < (int) sizeof(cmd) &&
+		sock_append(node, cmd, len) && queue_owe(node, RL_TAG_INFO);
 }
 
 /*
@@ -173,13 +204,6 @@ info_value(const char *text, size_t textlen, const char *field,
 	return false;
 }
 
-static bool
-sighting_in_backend(const char *node, const char *run_id, int64_t start_us,
-					RlRestartMemo *memo)
-{
-	return rl_sightings_record(backend_sightings, node, run_id, start_us, memo);
-}
-
 /* Is the node's entry known to reach the same server as another's? */
 bool
 server_same_as_other(const RlNode *node)
@@ -201,7 +225,10 @@ rl_node_ident(int i)
 	return &rl_nodes[i].ident;
 }
 
-/* The reply to INFO server, queued at connect: who the server is. */
+/*
+ * The reply to the connect script (server_queue_info): who the server is,
+ * and its epoch.
+ */
 void
 server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 {
@@ -209,20 +236,54 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 	RlServerIdent *id = &node->ident;
 	char		run_id[sizeof(id->run_id)];
 	char		uptime[24];
+	const redisReply *info;
+	RlEpoch		epoch;
+	int64_t		node_now_ms;
+	int64_t		left_ms;
 
 	if (reply->type == REDIS_REPLY_ERROR)
-		return;					/* INFO refused (ACL): not checked */
-	if (reply->type != REDIS_REPLY_STRING)
+	{
+		/* with the quarantine off, the node is not checked (as before) */
+		if (rl_restart_quarantine_ms > 0)
+			node_fail_hint(node, req, RL_OUTCOME_REDIS_ERROR,
+						   strncmp(reply->str, "READONLY", 8) == 0 ?
+						   "The node is a read-only replica: list only independent masters in redlock.nodes." :
+						   (strncmp(reply->str, "NOPERM", 6) == 0 ||
+							strstr(reply->str, "can't run this command") != NULL) ?
+						   "The node's user must be allowed EVAL, INFO, TIME, and GET and SET on the key redlock.key_prefix || 'epoch'; or turn the check off with redlock.restart_quarantine = 0." :
+						   "The node must run the epoch script of redlock.restart_quarantine (EVAL, INFO, TIME, GET and SET); or turn the check off with redlock.restart_quarantine = 0.",
+						   "could not read its epoch (redlock.restart_quarantine): %.*s",
+						   (int) Min(reply->len, 200), reply->str);
+		return;
+	}
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+		reply->element[0]->type != REDIS_REPLY_STRING ||
+		reply->element[1]->type != REDIS_REPLY_STRING ||
+		reply->element[2]->type != REDIS_REPLY_STRING ||
+		!rl_parse_epoch(reply->element[1]->str, reply->element[1]->len, &epoch) ||
+		!rl_parse_counter(reply->element[2]->str, reply->element[2]->len,
+						  &node_now_ms))
 	{
 		node_fail(node, req, RL_OUTCOME_OTHER,
-				  "protocol error: unexpected reply (type %d) to INFO",
+				  "protocol error: unexpected reply (type %d) to the epoch script",
 				  reply->type);
 		for (RlRequest *r = req; r != NULL; r = r->batch_next)
 			if (!r->skip[idx])
 				r->results[idx].protocol_error = true;
 		return;
 	}
-	if (!info_value(reply->str, reply->len, "run_id", run_id, sizeof(run_id)) ||
+	server_keep_epoch(node, &epoch, node_now_ms);
+	left_ms = rl_epoch_quarantine_left_ms(&epoch, node_now_ms,
+										  rl_restart_quarantine_ms);
+	if (left_ms > 0 && epoch.since_ms == node_now_ms)
+		ereport(LOG,
+				(errmsg("Redis node %s begins a new epoch: it does not count toward a majority for %lld ms",
+						node->name, (long long) left_ms),
+				 errdetail("A new epoch was written because %s.", rl_epoch_reason(&epoch)),
+				 errhint("See redlock.restart_quarantine.")));
+
+	info = reply->element[0];
+	if (!info_value(info->str, info->len, "run_id", run_id, sizeof(run_id)) ||
 		run_id[0] == '\0')
 		return;					/* a server that does not say */
 
@@ -230,23 +291,10 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 		id->changes++;
 	strlcpy(id->run_id, run_id, sizeof(id->run_id));
 	id->uptime_s = -1;
-	if (info_value(reply->str, reply->len, "uptime_in_seconds", uptime, sizeof(uptime)))
+	if (info_value(info->str, info->len, "uptime_in_seconds", uptime, sizeof(uptime)))
 		id->uptime_s = strtoll(uptime, NULL, 10);
 	id->learned_us = rl_now_us();
 	id->serial = node->serial;
-
-	/* a restart?  Then a vote given after this reply does not count. */
-	if ((sighting_hook ? sighting_hook : sighting_in_backend)
-		(node->name, run_id, rl_server_start_us(id->learned_us, id->uptime_s),
-		 &id->restart) && rl_node_quarantined_until(idx) != 0)
-		ereport(LOG,
-				(errmsg("Redis node %s restarted %lld s ago (run_id %s): it does not count toward a majority for %d ms after its start",
-						node->name, (long long) Max(id->uptime_s, 0), run_id,
-						rl_restart_quarantine_ms),
-				 errhint("See redlock.restart_quarantine.")));
-	for (RlRequest *r = req; r != NULL; r = r->batch_next)
-		if (!r->skip[idx] && r->results[idx].vote == RL_VOTE_PENDING)
-			(void) server_quarantined(node, r);
 
 	/* the same server behind another entry, on its current connection? */
 	for (int j = 0; j < rl_nnodes; j++)

@@ -239,7 +239,8 @@ extern void rl_nodes_set_round_hook(const RlRoundHook *hook);
 /*
  * Who a node is: learned from INFO server, asked once on every new
  * connection (pipelined ahead of the connection's first command, so it
- * costs no round trip of its own).  run_id changes when the server
+ * costs no round trip of its own) by the script that also reads and keeps
+ * the node's epoch (node_server.c).  run_id changes when the server
  * restarts; uptime_s was its uptime when learned_us was read.  Two entries
  * of redlock.nodes with the same run_id on their current connections are
  * one server: lock calls refuse to run (RL004) until the list is fixed.
@@ -251,43 +252,25 @@ typedef struct RlServerIdent
 	int64_t		learned_us;		/* rl_now_us() when learned, 0 if never */
 	uint64_t	serial;			/* connection it was learned on */
 	uint32_t	changes;		/* times run_id changed (restarts seen) */
-	RlRestartMemo restart;		/* what this server recorded for the node */
+
+	/* the node's epoch (quorum.h), as last read from the node */
+	bool		epoch_known;
+	RlEpoch		epoch;
+	int64_t		epoch_node_now_ms;	/* the node's clock when read */
+	int64_t		epoch_read_us;	/* rl_now_us() then */
 } RlServerIdent;
 
 extern const RlServerIdent *rl_node_ident(int i);
 extern int	rl_node_same_as(int i);
 
 /*
- * The restart quarantine (node_server.c): a node whose run_id is not the
- * one this server saw last under the same name restarted, and does not
- * count toward a majority for lock and extend calls until
- * redlock.restart_quarantine after its start.  Until when, on the
- * rl_now_us() clock; 0 when it is not quarantined.
+ * The restart quarantine: a node whose epoch is younger than
+ * redlock.restart_quarantine does not count toward a majority for lock and
+ * extend calls; its scripts refuse on the node itself.  Until when, by
+ * what this backend last read of the node's epoch, on the rl_now_us()
+ * clock; 0 when it is not quarantined (or its epoch is not known here).
  */
 extern int64_t rl_node_quarantined_until(int i);
-
-/*
- * Where the last run_id seen under each node name is kept: a table of
- * RL_SIGHTINGS entries, per backend unless a higher layer registers one
- * that the whole server shares (restart_memory.c, with
- * shared_preload_libraries).  The hook records a sighting with
- * rl_sightings_record() under its own lock and returns what it returned.
- */
-#define RL_SIGHTINGS	64
-
-typedef struct RlSighting
-{
-	char		node[RL_MAX_HOST_LEN + 16]; /* "" if free */
-	int64_t		seen_us;		/* last sighting, for reuse of the oldest */
-	RlRestartMemo memo;
-} RlSighting;
-
-typedef bool (*RlSightingHook) (const char *node, const char *run_id,
-								int64_t start_us, RlRestartMemo *memo);
-extern void rl_nodes_set_sighting_hook(RlSightingHook hook);
-extern bool rl_sightings_record(RlSighting *table, const char *node,
-								const char *run_id, int64_t start_us,
-								RlRestartMemo *memo);
 
 /*
  * The health of the nodes across the server: a higher layer that keeps it
@@ -312,6 +295,7 @@ typedef struct RlNodeEvent
 								 * EVAL); 0 outside a request */
 	const char *error;			/* a failure: what happened */
 	const char *hint;			/* what is likely wrong, or NULL */
+	const RlServerIdent *ident; /* the node's epoch, if known (a request) */
 } RlNodeEvent;
 
 /* the events of one round (one per node asked), or a single failure */

@@ -42,6 +42,9 @@
  * Every key and value is an argument; nothing is spliced into the text.
  */
 static const char ACQUIRE_SCRIPT[] =
+RL_LUA_QUARANTINE
+"local qr = rl_q()\n"
+"if qr then return qr end\n"
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
 "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
 "  return false\n"
@@ -65,9 +68,14 @@ static const char ACQUIRE_SCRIPT[] =
  * (none earlier), when granted, costs nothing more than ACQUIRE_SCRIPT.
  * The offer hash is not a declared key, and its
  * commands are pcall'd: a Redis user whose ACL lacks them, or the key
- * pattern, still locks (and its waiters are woken as before).
+ * pattern, still locks (and its waiters are woken as before).  A node in
+ * its quarantine (RL_LUA_QUARANTINE, the two last arguments) refuses
+ * before anything is set or offered.
  */
 static const char ACQUIRE_WAITING_SCRIPT[] =
+RL_LUA_QUARANTINE
+"local qr = rl_q()\n"
+"if qr then return qr end\n"
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
 "local ours = ' ' .. ARGV[5] .. ' '\n"
 "local o = ARGV[7]\n"
@@ -243,8 +251,8 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 				 int ttl_ms, RlOffer *offer, RlGrant *grant,
 				 RlRequest *req_out)
 {
-	const char *argv[13];
-	size_t		argvlen[13];
+	const char *argv[13 + RL_EPOCH_ARGS];
+	size_t		argvlen[13 + RL_EPOCH_ARGS];
 	char		ckey[RL_KEY_MAX + 1];
 	char		okey[RL_KEY_MAX + 1];
 	char		mkey[RL_KEY_MAX + 1];
@@ -293,6 +301,7 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 							   resource);
 		argc = 13;
 	}
+	argc += rl_proto_epoch_args(argv + argc, argvlen + argc);
 	rl_proto_request_init(req_out, RL_REPLY_COUNTER, RL_GOAL_QUORUM, argc,
 						  argv, argvlen);
 

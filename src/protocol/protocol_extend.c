@@ -14,6 +14,9 @@
 #include "protocol/protocol_internal.h"
 
 static const char EXTEND_SCRIPT[] =
+RL_LUA_QUARANTINE
+"local qr = rl_q()\n"
+"if qr then return qr end\n"
 "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 "end\n"
@@ -24,6 +27,9 @@ static const char EXTEND_SCRIPT[] =
  * flag per key, 1 where it did.
  */
 static const char EXTEND_MANY_SCRIPT[] =
+RL_LUA_QUARANTINE
+"local qr = rl_q()\n"
+"if qr then return qr end\n"
 "local n = #KEYS\n"
 "local r = {}\n"
 "for i = 1, n do\n"
@@ -48,8 +54,8 @@ RlDecision
 rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
 				int64_t *started_us, RlRequest *req)
 {
-	const char *argv[6];
-	size_t		argvlen[6];
+	const char *argv[6 + RL_EPOCH_ARGS];
+	size_t		argvlen[6 + RL_EPOCH_ARGS];
 	char		ttl_buf[16];
 
 	rl_proto_eval_header(argv, argvlen, EXTEND_SCRIPT, sizeof(EXTEND_SCRIPT) - 1, "1");
@@ -59,7 +65,9 @@ rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
 	argvlen[4] = strlen(owner);
 	argv[5] = ttl_buf;
 	argvlen[5] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
-	rl_proto_request_init(req, RL_REPLY_FLAG, RL_GOAL_QUORUM, 6, argv, argvlen);
+	rl_proto_request_init(req, RL_REPLY_FLAG, RL_GOAL_QUORUM,
+						  6 + rl_proto_epoch_args(argv + 6, argvlen + 6),
+						  argv, argvlen);
 
 	*started_us = rl_now_us();
 	rl_nodes_run(req);
@@ -79,8 +87,8 @@ rl_proto_extend_many(const RlExtendItem *items, int nitems,
 					 int64_t *started_us, RlDecision *decisions,
 					 RlTally *tallies, RlRequest *req)
 {
-	const char *argv[3 + 3 * RL_EXTEND_CHUNK];
-	size_t		argvlen[3 + 3 * RL_EXTEND_CHUNK];
+	const char *argv[3 + 3 * RL_EXTEND_CHUNK + RL_EPOCH_ARGS];
+	size_t		argvlen[3 + 3 * RL_EXTEND_CHUNK + RL_EPOCH_ARGS];
 	char		ttl_bufs[RL_EXTEND_CHUNK][16];
 	char		numkeys[16];
 	RlVote		votes[RL_MAX_NODES];
@@ -100,7 +108,10 @@ rl_proto_extend_many(const RlExtendItem *items, int nitems,
 		argvlen[3 + 2 * nitems + i] =
 			snprintf(ttl_bufs[i], sizeof(ttl_bufs[i]), "%d", items[i].ttl_ms);
 	}
-	rl_proto_request_init(req, RL_REPLY_FLAGS, RL_GOAL_ITEMS, 3 + 3 * nitems,
+	rl_proto_request_init(req, RL_REPLY_FLAGS, RL_GOAL_ITEMS,
+						  3 + 3 * nitems +
+						  rl_proto_epoch_args(argv + 3 + 3 * nitems,
+											  argvlen + 3 + 3 * nitems),
 						  argv, argvlen);
 	req->nitems = nitems;
 

@@ -31,14 +31,18 @@
  * the waiter's offer on the nodes (hash ARGV[5], not a declared key: see
  * ACQUIRE_WAITING_SCRIPT) by a holder on another server counts as taken.
  * Our offers are removed, and the waiter's once it has the lock.  Nothing
- * is published: the lock is not free.
+ * is published: the lock is not free.  A node in its quarantine
+ * (RL_LUA_QUARANTINE) releases ours and refuses the waiter.
  */
 static const char HANDOFF_SCRIPT[] =
+RL_LUA_QUARANTINE
 "local w = 'w' .. string.sub(ARGV[1], 2)\n"
 "local mine = redis.call('GET', KEYS[1])\n"
 "if mine == ARGV[1] or mine == w then redis.call('DEL', KEYS[1]) end\n"
 "local ov = redis.pcall('HGET', ARGV[5], 'v')\n"
 "if ov == ARGV[1] or ov == w then redis.pcall('DEL', ARGV[5]) end\n"
+"local qr = rl_q()\n"
+"if qr then return qr end\n"
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
 "local cur = redis.call('GET', KEYS[1])\n"
 "if cur and cur ~= ARGV[2] then return false end\n"
@@ -55,6 +59,9 @@ static const char HANDOFF_SCRIPT[] =
  * lease's validity then counts from this round, by the waiter's clock.
  */
 static const char CONFIRM_SCRIPT[] =
+RL_LUA_QUARANTINE
+"local qr = rl_q()\n"
+"if qr then return qr end\n"
 "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end\n"
 "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
@@ -78,8 +85,8 @@ rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 				 const char *waiter_owner, int waiter_ttl_ms, bool nothrow,
 				 int64_t deadline_us, RlHandoff *out, RlRequest *req)
 {
-	const char *argv[10];
-	size_t		argvlen[10];
+	const char *argv[10 + RL_EPOCH_ARGS];
+	size_t		argvlen[10 + RL_EPOCH_ARGS];
 	char		ckey[RL_KEY_MAX + 1];
 	char		okey[RL_KEY_MAX + 1];
 	char		ttl_buf[16];
@@ -97,7 +104,9 @@ rl_proto_handoff(const RlReleaseItem *ours, const char *resource,
 	argvlen[8] = rl_format_counter(out->proposal, proposal_buf);
 	argv[9] = okey;
 	argvlen[9] = rl_offer_key(okey, resource);
-	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_ALL, 10, argv, argvlen);
+	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_ALL,
+						  10 + rl_proto_epoch_args(argv + 10, argvlen + 10),
+						  argv, argvlen);
 	req->nothrow = nothrow;
 	req->deadline_us = deadline_us;
 
@@ -124,8 +133,8 @@ static int64_t
 confirm(const char *resource, const char *key, int keylen, int ttl_ms,
 		const char *owner, int64 proposal, RlRequest *req)
 {
-	const char *argv[8];
-	size_t		argvlen[8];
+	const char *argv[8 + RL_EPOCH_ARGS];
+	size_t		argvlen[8 + RL_EPOCH_ARGS];
 	char		ckey[RL_KEY_MAX + 1];
 	char		ttl_buf[16];
 	char		proposal_buf[24];
@@ -140,7 +149,9 @@ confirm(const char *resource, const char *key, int keylen, int ttl_ms,
 	argvlen[6] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
 	argv[7] = proposal_buf;
 	argvlen[7] = rl_format_counter(proposal, proposal_buf);
-	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_QUORUM, 8, argv, argvlen);
+	rl_proto_request_init(req, RL_REPLY_COUNTER, RL_GOAL_QUORUM,
+						  8 + rl_proto_epoch_args(argv + 8, argvlen + 8),
+						  argv, argvlen);
 	memcpy(req->skip, skip, sizeof(req->skip));
 	start_us = rl_now_us();
 	rl_nodes_run(req);

@@ -13,6 +13,41 @@
 
 extern int64 rl_last_token;
 
+/*
+ * The restart quarantine, decided on the node in the same script as its
+ * vote (node_server.c tells the design).  The two last arguments of every
+ * script that grants or extends a lock are the epoch's key and
+ * redlock.restart_quarantine in ms (rl_proto_epoch_args).  rl_q() returns
+ * the error reply "QUARANTINED <ms left> <epoch>" while the node's epoch is
+ * younger than the quarantine, writing the epoch first where it is
+ * missing (the node was flushed, or lost its data, since a client read
+ * it), and nil otherwise or with the quarantine off.  A node clock that
+ * went back counts as no time passed.
+ */
+#define RL_LUA_QUARANTINE \
+"local function rl_q()\n" \
+"  local q = tonumber(ARGV[#ARGV])\n" \
+"  if not q or q <= 0 then return nil end\n" \
+"  local ek = ARGV[#ARGV - 1]\n" \
+"  local t = redis.call('TIME')\n" \
+"  local now = t[1] * 1000 + math.floor(t[2] / 1000)\n" \
+"  local e = redis.call('GET', ek)\n" \
+"  local since = e and tonumber(string.match(e, '^(%d+) %w* %l+$'))\n" \
+"  if not since then\n" \
+"    local rid = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')\n" \
+"    e = string.format('%d', now) .. ' ' .. (rid or '') .. ' new'\n" \
+"    redis.call('SET', ek, e)\n" \
+"    since = now\n" \
+"  end\n" \
+"  local passed = math.max(now - since, 0)\n" \
+"  if passed >= q then return nil end\n" \
+"  return redis.error_reply('QUARANTINED ' .. string.format('%d', q - passed) ..\n" \
+"                           ' ' .. e)\n" \
+"end\n"
+
+#define RL_EPOCH_ARGS	2
+extern int	rl_proto_epoch_args(const char **argv, size_t *argvlen);
+
 extern int64_t rl_proto_wall_clock_us(void);
 extern int	rl_counter_key(char *buf, const char *resource);
 extern void rl_proto_lock_call(const char **argv, size_t *argvlen,

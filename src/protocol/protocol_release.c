@@ -36,12 +36,17 @@
  * Where the lock is not ours, an offer of ours is removed.  MGET, the
  * offer's commands and PUBLISH are pcall'd: a Redis user whose ACL lacks
  * MGET releases as if someone waited, and one that lacks the others still
- * releases (its waiters then poll).  No node's clock is read: the waiter
- * counts the lease's validity on its own (lock_table_remote.c).
+ * releases (its waiters then poll).  A node in its quarantine
+ * (RL_LUA_QUARANTINE, the two last arguments, asked only where there is an
+ * offer to hand the lock to) hands nothing over and announces a free lock.
+ * The waiter counts the lease's validity on its own clock
+ * (lock_table_remote.c).
  */
 static const char RELEASE_HANDOVER_SCRIPT[] =
+RL_LUA_QUARANTINE
 "local pre = ARGV[#KEYS + 1]\n"
 "local n = 0\n"
+"local held_out\n"
 "for i = 1, #KEYS do\n"
 "  local k = KEYS[i]\n"
 "  local v = ARGV[i]\n"
@@ -62,7 +67,11 @@ static const char RELEASE_HANDOVER_SCRIPT[] =
 "      local o = res and pre .. 'wait:' .. res\n"
 "      local f = o and redis.pcall('HMGET', o, 'v', 'x', 'p', 'c')\n"
 "      if type(f) == 'table' and f[1] and f[1] ~= v and f[1] ~= w and\n"
-"         f[2] and f[3] and f[4] then\n"
+"         f[2] and f[3] and f[4] and held_out == nil then\n"
+"        held_out = rl_q() or false\n"
+"      end\n"
+"      if type(f) == 'table' and f[1] and f[1] ~= v and f[1] ~= w and\n"
+"         f[2] and f[3] and f[4] and not held_out then\n"
 "        redis.pcall('DEL', o)\n"
 "        redis.call('SET', k, f[1], 'PX', f[2])\n"
 "        local c = redis.call('GET', f[4]) or '0'\n"
@@ -119,8 +128,8 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 				 bool nothrow, int64_t deadline_us, const bool *skip,
 				 RlRequest *req)
 {
-	const char *argv[4 + 2 * RL_RELEASE_CHUNK];
-	size_t		argvlen[4 + 2 * RL_RELEASE_CHUNK];
+	const char *argv[4 + 2 * RL_RELEASE_CHUNK + RL_EPOCH_ARGS];
+	size_t		argvlen[4 + 2 * RL_RELEASE_CHUNK + RL_EPOCH_ARGS];
 	char		numkeys[16];
 
 	Assert(nitems > 0 && nitems <= RL_RELEASE_CHUNK);
@@ -137,7 +146,10 @@ rl_proto_release(const RlReleaseItem *items, int nitems, bool wait,
 	argv[3 + 2 * nitems] = rl_key_prefix;
 	argvlen[3 + 2 * nitems] = strlen(rl_key_prefix);
 
-	rl_proto_request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 4 + 2 * nitems,
+	rl_proto_request_init(req, RL_REPLY_COUNT, RL_GOAL_ANSWERS,
+						  4 + 2 * nitems +
+						  rl_proto_epoch_args(argv + 4 + 2 * nitems,
+											  argvlen + 4 + 2 * nitems),
 						  argv, argvlen);
 	req->nothrow = nothrow;
 	req->must_deliver = true;
@@ -178,8 +190,8 @@ void
 rl_proto_withdraw_attempt(const char *key, int keylen, const char *owner,
 				 const bool *skip, bool announce)
 {
-	const char *argv[6];
-	size_t		argvlen[6];
+	const char *argv[6 + RL_EPOCH_ARGS];
+	size_t		argvlen[6 + RL_EPOCH_ARGS];
 	RlRequest	req;
 
 	if (announce)
@@ -195,7 +207,9 @@ rl_proto_withdraw_attempt(const char *key, int keylen, const char *owner,
 	argv[5] = rl_key_prefix;	/* RELEASE_HANDOVER_SCRIPT's; WITHDRAW_SCRIPT
 								 * ignores it */
 	argvlen[5] = strlen(rl_key_prefix);
-	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS, 6, argv, argvlen);
+	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS,
+						  6 + rl_proto_epoch_args(argv + 6, argvlen + 6),
+						  argv, argvlen);
 	req.must_deliver = true;
 	memcpy(req.skip, skip, sizeof(req.skip));
 	rl_nodes_send(&req);

@@ -165,6 +165,25 @@ rl_proto_eval_header(const char **argv, size_t *argvlen, const char *script,
 	argvlen[2] = strlen(numkeys);
 }
 
+/*
+ * The two last arguments of a script that checks the quarantine
+ * (RL_LUA_QUARANTINE): the epoch's key and the quarantine in ms.  Returns
+ * how many it set.
+ */
+int
+rl_proto_epoch_args(const char **argv, size_t *argvlen)
+{
+	static char key[RL_KEY_MAX + 1];
+	static char quarantine[16];
+
+	argv[0] = key;
+	argvlen[0] = snprintf(key, sizeof(key), "%sepoch", rl_key_prefix);
+	argv[1] = quarantine;
+	argvlen[1] = snprintf(quarantine, sizeof(quarantine), "%d",
+						  rl_restart_quarantine_ms);
+	return RL_EPOCH_ARGS;
+}
+
 void
 rl_proto_request_init(RlRequest *req, RlReplyKind kind, RlRoundGoal goal,
 					  int argc, const char **argv, const size_t *argvlen)

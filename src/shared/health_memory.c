@@ -107,6 +107,20 @@ take_event(RlNodeHealth *h, const RlNodeEvent *ev, TimestampTz now,
 	h->heard_us = now_us;
 	if (ev->request)
 		h->requests++;
+	if (ev->ident != NULL)
+	{
+		const RlServerIdent *id = ev->ident;
+		int64		left_ms;
+
+		/* the node's clock now, from when its epoch was read */
+		left_ms = rl_epoch_quarantine_left_ms(&id->epoch,
+											  id->epoch_node_now_ms +
+											  (now_us - id->epoch_read_us) / 1000,
+											  rl_restart_quarantine_ms);
+		h->epoch_known = true;
+		h->epoch = id->epoch;
+		h->quarantined_until = left_ms > 0 ? now + left_ms * 1000 : 0;
+	}
 	if (ev->outcome == RL_OUTCOME_SUCCESS)
 	{
 		h->last_success_at = now;

@@ -30,6 +30,9 @@ typedef struct RlNodeHealth
 	uint64		errors[RL_OUTCOME_ERROR_KINDS]; /* by RlNodeOutcome, from
 												 * RL_OUTCOME_FIRST_ERROR */
 	char		last_error[RL_DETAIL_LEN];
+	bool		epoch_known;	/* the node's epoch, as last read from it */
+	RlEpoch		epoch;
+	TimestampTz quarantined_until;	/* 0: not quarantined when last heard */
 
 	/* for the transitions */
 	uint32		failing_command;	/* only a success of it ends the failure

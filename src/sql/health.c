@@ -17,19 +17,51 @@
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 #include "lease/session_nodes.h"
+#include "sql/health.h"
 #include "net/nodes.h"
 
 /*
- * Columns of redlock_nodes(); 1.1 added the last two, server and
- * quarantined_until.  A 1.0 definition of the function (library updated,
- * ALTER EXTENSION UPDATE not run yet) has 9 columns: its tuples are formed
- * from the first 9 values.
+ * Columns of redlock_nodes(); 1.1 added server and quarantined_until, 1.2
+ * the node's epoch (epoch_since, epoch_run_id, epoch_reason).  An older
+ * definition of the function (library updated, ALTER EXTENSION UPDATE not
+ * run yet) has fewer columns: its tuples are formed from the first values.
  */
-#define RL_HEALTH_COLUMNS 11
+#define RL_HEALTH_COLUMNS (11 + RL_EPOCH_COLUMNS)
+
+/* the node's epoch and the node's clock then, for the quarantine */
+static const char EPOCH_PROBE_SCRIPT[] =
+"local t = redis.call('TIME')\n"
+"return {redis.call('GET', ARGV[1]) or '',\n"
+"        string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))}\n";
+
+/*
+ * The epoch columns of redlock_nodes and redlock_stats_nodes from the
+ * node's epoch (NULL: unknown): since when (the node's clock), the run_id
+ * of the process that wrote it, and why it began.
+ */
+void
+rl_epoch_columns(const RlEpoch *epoch, Datum *values, bool *nulls)
+{
+	if (epoch == NULL)
+	{
+		for (int i = 0; i < RL_EPOCH_COLUMNS; i++)
+			nulls[i] = true;
+		return;
+	}
+	values[0] = TimestampTzGetDatum((TimestampTz) epoch->since_ms * 1000 -
+									((TimestampTz) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE)) *
+									SECS_PER_DAY * USECS_PER_SEC);
+	nulls[0] = false;
+	values[1] = CStringGetTextDatum(epoch->run_id);
+	nulls[1] = epoch->run_id[0] == '\0';
+	values[2] = CStringGetTextDatum(rl_epoch_reason(epoch));
+	nulls[2] = false;
+}
 
 /* Value of "field:" in INFO output, palloc'd, or NULL. */
 static char *
@@ -172,6 +204,10 @@ redlock_nodes(PG_FUNCTION_ARGS)
 	static const size_t info_len[] = {4};
 	static const char *save_argv[] = {"CONFIG", "GET", "save"};
 	static const size_t save_len[] = {6, 3, 4};
+	RlRequest	epoch_req;
+	char		epoch_key[RL_KEY_MAX + 1];
+	const char *epoch_argv[4] = {"EVAL", EPOCH_PROBE_SCRIPT, "0", epoch_key};
+	size_t		epoch_len[4] = {4, sizeof(EPOCH_PROBE_SCRIPT) - 1, 1, 0};
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (rl_node_list == NULL || rl_node_list->count == 0)
@@ -181,6 +217,8 @@ redlock_nodes(PG_FUNCTION_ARGS)
 	probe(&ping, 1, ping_argv, ping_len);
 	probe(&info, 1, info_argv, info_len);
 	probe(&save, 3, save_argv, save_len);
+	epoch_len[3] = snprintf(epoch_key, sizeof(epoch_key), "%sepoch", rl_key_prefix);
+	probe(&epoch_req, 4, epoch_argv, epoch_len);
 
 	for (int i = 0; i < ping.nnodes; i++)
 	{
@@ -196,7 +234,10 @@ redlock_nodes(PG_FUNCTION_ARGS)
 		const char *save_text = save.results[i].reply_text;
 		const char *persistence = NULL;
 		List	   *warnings = NIL;
-		int64_t		quarantined;
+		const char *epoch_text = epoch_req.results[i].reply_text;
+		RlEpoch		epoch;
+		bool		epoch_known = false;
+		int64_t		left_ms = 0;
 
 		/* CONFIG GET save answers "save\n<value>\n"; empty value: none */
 		if (save_text != NULL && strncmp(save_text, "save\n", 5) == 0)
@@ -221,17 +262,34 @@ redlock_nodes(PG_FUNCTION_ARGS)
 							   psprintf("replication role is %s: redlock needs independent masters", role));
 		if (text != NULL)
 			warnings = info_warnings(warnings, text);
-		quarantined = rl_node_quarantined_until(i);
-		if (quarantined != 0)
+		/* the probe's reply: "epoch\nnow_ms\n" ("" for no epoch) */
+		if (epoch_text != NULL)
 		{
-			values[10] = TimestampTzGetDatum(GetCurrentTimestamp() +
-											 (quarantined - rl_now_us()));
+			const char *nl = strchr(epoch_text, '\n');
+			int64		node_now_ms;
+
+			if (nl != NULL && nl > epoch_text &&
+				rl_parse_epoch(epoch_text, nl - epoch_text, &epoch) &&
+				rl_parse_counter(nl + 1, strcspn(nl + 1, "\n"), &node_now_ms))
+			{
+				epoch_known = true;
+				left_ms = rl_epoch_quarantine_left_ms(&epoch, node_now_ms,
+													  rl_restart_quarantine_ms);
+			}
+			else if (nl == epoch_text && rl_restart_quarantine_ms > 0)
+				warnings = lappend(warnings,
+								   "no epoch: the node lost its data or was flushed since a client last read it; the next lock call begins its quarantine (redlock.restart_quarantine)");
+		}
+		if (left_ms > 0)
+		{
+			values[10] = TimestampTzGetDatum(GetCurrentTimestamp() + left_ms * 1000);
 			warnings = lappend(warnings,
-							   psprintf("restarted lately (new run_id %s): it does not count toward a majority until quarantined_until (redlock.restart_quarantine)",
-										rl_node_ident(i)->run_id));
+							   psprintf("in its restart quarantine: %s; it does not count toward a majority until quarantined_until (redlock.restart_quarantine)",
+										rl_epoch_reason(&epoch)));
 		}
 		else
 			nulls[10] = true;
+		rl_epoch_columns(epoch_known ? &epoch : NULL, values + 11, nulls + 11);
 		if (rl_node_same_as(i) >= 0)
 			warnings = lappend(warnings,
 							   psprintf("the same Redis server as %s (run_id %s): a majority would count it twice, so lock calls are refused until one of the two entries is removed",

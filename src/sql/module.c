@@ -17,7 +17,6 @@
 #include "shared/lock_table.h"
 #include "base/redlock.h"
 #include "shared/health_memory.h"
-#include "shared/restart_memory.h"
 #include "shared/shared_rounds.h"
 #include "shared/stats.h"
 #include "workers/worker.h"
@@ -40,7 +39,6 @@ _PG_init(void)
 	rl_define_gucs();
 	rl_stats_init();
 	rl_lock_table_init();
-	rl_restart_memory_init();
 	rl_health_memory_init();
 	rl_shared_rounds_init();
 	rl_worker_register();

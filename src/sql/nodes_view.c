@@ -7,9 +7,10 @@
  * Nothing is asked of any node: the rows are what the backends' and the
  * workers' requests met (src/shared/health_memory.c), so the view answers at once
  * even while nodes are down, and a monitoring system may poll it as often
- * as it likes.  redlock_nodes is the one that probes.  quarantined_until
- * comes from the server's record of the nodes' restarts
- * (src/shared/restart_memory.c).
+ * as it likes.  redlock_nodes is the one that probes.  The epoch columns
+ * and quarantined_until are what the latest request to the node read of
+ * its epoch (the restart quarantine, node_server.c).  1.2 added the last
+ * three columns; a 1.1 definition takes the first 15 values.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,10 +24,10 @@
 
 #include "base/guc.h"
 #include "shared/health_memory.h"
-#include "shared/restart_memory.h"
+#include "sql/health.h"
 #include "shared/stats.h"
 
-#define RL_STATS_NODES_COLUMNS 15
+#define RL_STATS_NODES_COLUMNS (15 + RL_EPOCH_COLUMNS)
 
 PG_FUNCTION_INFO_V1(redlock_stats_nodes);
 
@@ -36,7 +37,6 @@ redlock_stats_nodes(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	RlNodeHealth *rows;
 	int			nrows;
-	int64_t		now_us = rl_now_us();
 	TimestampTz now = GetCurrentTimestamp();
 
 	rl_stats_required();		/* the same need: shared_preload_libraries */
@@ -50,8 +50,6 @@ redlock_stats_nodes(PG_FUNCTION_ARGS)
 		RlNodeHealth *h = &rows[i];
 		Datum		values[RL_STATS_NODES_COLUMNS];
 		bool		nulls[RL_STATS_NODES_COLUMNS] = {0};
-		RlRestartMemo memo;
-		int64_t		until = 0;
 		int			col = 0;
 
 		values[col++] = CStringGetTextDatum(h->node);
@@ -67,11 +65,12 @@ redlock_stats_nodes(PG_FUNCTION_ARGS)
 		nulls[col++] = h->last_error_at == 0;
 		values[col] = TimestampTzGetDatum(h->last_success_at);
 		nulls[col++] = h->last_success_at == 0;
-		if (rl_restart_memory_get(h->node, &memo))
-			until = rl_quarantined_until(&memo, rl_restart_quarantine_ms, now_us);
-		values[col] = TimestampTzGetDatum(now + (until - now_us));
-		nulls[col++] = until == 0;
+		values[col] = TimestampTzGetDatum(h->quarantined_until);
+		nulls[col++] = h->quarantined_until == 0 || h->quarantined_until <= now;
 		values[col++] = TimestampTzGetDatum(h->tracked_since);
+		rl_epoch_columns(h->epoch_known ? &h->epoch : NULL, values + col,
+						 nulls + col);
+		col += RL_EPOCH_COLUMNS;
 		Assert(col == RL_STATS_NODES_COLUMNS);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}

@@ -59,10 +59,11 @@
 #                 answers on it again (a stalled subscriber link)
 #   (stream, push_stream and mute are not in @MODES either)
 #
-# Every fake answers "INFO server" with a run_id of its own, so that no two
-# fakes look like one server; the modes that give wrong answers (the fixed
-# replies and the counter modes) give them to the lock commands, not to
-# that INFO, while the modes about the connection (cut, close, silent,
+# Every fake answers the connect script (INFO server and the node's epoch,
+# see src/net/node_server.c) with a run_id of its own, so that no two fakes
+# look like one server, and an epoch written long ago (no quarantine); the
+# modes that give wrong answers (the fixed replies and the counter modes)
+# give them to the lock commands, not to that script, while the modes about the connection (cut, close, silent,
 # trickle, flood, ...) treat it as any other request.
 #
 # Every request is appended to a log file (one line: connection number and
@@ -216,6 +217,7 @@ sub script_of
 sub script_kind
 {
 	my ($script) = @_;
+	return 'epoch' if $script =~ /return \{info, e, now\}/;
 	return 'acquire' if $script =~ /'NX'/;
 	return 'extend_many' if $script =~ /PEXPIRE/ && $script =~ /#KEYS/;
 	return 'extend' if $script =~ /PEXPIRE/;
@@ -248,11 +250,9 @@ sub good_answer
 	my $cmd = uc($args->[0] // '');
 	return "+PONG\r\n" if $cmd eq 'PING';
 	return "+OK\r\n" if $cmd eq 'AUTH';
-	if ($cmd eq 'INFO')
-	{
-		return bulk("# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n"
-			  . "run_id:$link->{run_id}\r\nuptime_in_seconds:100\r\n");
-	}
+	my $info = "# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n"
+	  . "run_id:$link->{run_id}\r\nuptime_in_seconds:100\r\n";
+	return bulk($info) if $cmd eq 'INFO';
 	if ($cmd eq 'SUBSCRIBE' || $cmd eq 'UNSUBSCRIBE')
 	{
 		my $n = 0;
@@ -267,6 +267,9 @@ sub good_answer
 	if ($cmd eq 'EVAL' || $cmd eq 'EVALSHA')
 	{
 		my $kind = script_kind(script_of($args) // '');
+		# the connect script: INFO, an epoch written long ago, the clock
+		return "*3\r\n" . bulk($info) . bulk("0 $link->{run_id} seeded")
+		  . bulk(int(time * 1000)) if $kind eq 'epoch';
 		return "\$1\r\n0\r\n" if $kind eq 'acquire';
 		return "*$args->[2]\r\n" . (":1\r\n" x $args->[2]) if $kind eq 'extend_many';
 		return ":1\r\n";
@@ -315,13 +318,15 @@ sub answer
 	my $script = script_of($args);
 	my $kind = defined $script ? script_kind($script) : lc $cmd;
 
-	# the wrong answers are for the lock commands, not for the INFO at connect
+	# the wrong answers are for the lock commands, not for the connect
+	# script (INFO server and the epoch) or a plain INFO
 	return ([ [ 0, $good ] ], 'keep')
-	  if $cmd eq 'INFO' && (exists $fixed{$mode} || $mode =~ /counter/);
+	  if ($cmd eq 'INFO' || $kind eq 'epoch') && (exists $fixed{$mode} || $mode =~ /counter/);
 	if ($mode eq 'stream')
 	{
 		return ([ [ 0, $good ] ], 'keep')
-		  if $cmd eq 'PING' || $cmd eq 'AUTH' || ($cmd eq 'INFO' && lc($args->[1] // '') eq 'server');
+		  if $cmd eq 'PING' || $cmd eq 'AUTH' || $kind eq 'epoch'
+		  || ($cmd eq 'INFO' && lc($args->[1] // '') eq 'server');
 		return ([ [ 0, "\$4000000000\r\n" ] ], 'flood');
 	}
 	if ($mode eq 'push_stream')

@@ -1626,63 +1626,66 @@ test_data_loss_stalled_clock(void)
 	}
 }
 
-/* ---------- restart quarantine ---------- */
+/* ---------- restart quarantine: the node's epoch ---------- */
+
+#define PARSE_EPOCH(text, e) rl_parse_epoch((text), strlen(text), (e))
 
 static void
 test_restart_quarantine(void)
 {
-	RlRestartMemo memo;
-	int64_t		now = INT64_C(1000) * 1000000;	/* 1000 s on the clock */
+	RlEpoch		e;
+	int64_t		since = INT64_C(1764340000123);	/* ms, the node's clock */
 	int64_t		q = 8000;		/* ms */
 
-	memset(&memo, 0, sizeof(memo));
+	/* the forms the node writes: with a run_id, and without one */
+	CHECK(PARSE_EPOCH("1764340000123 0123456789abcdef0123456789abcdef01234567 new", &e));
+	CHECK_I64(e.since_ms, ==, since);
+	CHECK_STR(e.run_id, "0123456789abcdef0123456789abcdef01234567");
+	CHECK_STR(e.why, "new");
+	CHECK(PARSE_EPOCH("1764340000123  restart", &e));
+	CHECK_STR(e.run_id, "");
+	CHECK_STR(e.why, "restart");
+	CHECK(PARSE_EPOCH("0 x seeded", &e));
+	CHECK_I64(e.since_ms, ==, 0);
 
-	/* the start: the latest moment the reported uptime allows */
-	CHECK_I64(rl_server_start_us(now, 0), ==, now);
-	CHECK_I64(rl_server_start_us(now, 3), ==, now - 3000000);
-	CHECK_I64(rl_server_start_us(now, -1), ==, now);	/* unknown: now */
-	CHECK(rl_server_start_us(now, 5000) < 0);	/* before the clock's 0 */
+	/* anything else is not an epoch, and leaves nothing behind */
+	CHECK(!PARSE_EPOCH("", &e));
+	CHECK(!PARSE_EPOCH("1764340000123", &e));
+	CHECK(!PARSE_EPOCH("1764340000123 abc", &e));
+	CHECK(!PARSE_EPOCH("1764340000123 abc ", &e));
+	CHECK(!PARSE_EPOCH("-1 abc new", &e));
+	CHECK(!PARSE_EPOCH("01 abc new", &e));	/* not canonical */
+	CHECK(!PARSE_EPOCH("1.5e12 abc new", &e));	/* a Lua double's form */
+	CHECK(!PARSE_EPOCH("99999999999999999999 abc new", &e));
+	CHECK(!PARSE_EPOCH("1 abc New", &e));
+	CHECK(!PARSE_EPOCH("1 abc new extra", &e));
+	CHECK(!PARSE_EPOCH("1 abc waytoolongreason", &e));
+	CHECK(!PARSE_EPOCH("1 0123456789abcdef0123456789abcdef012345670 new", &e));	/* run_id of 41 */
+	CHECK_I64(e.since_ms, ==, 0);
+	CHECK_STR(e.run_id, "");
 
-	/* first sighting: nothing recorded, so no restart, no quarantine */
-	CHECK(!rl_restart_sighting(&memo, "aaaa", now - 500 * INT64_C(1000000)));
-	CHECK_STR(memo.run_id, "aaaa");
-	CHECK(!memo.restarted);
-	CHECK_I64(rl_quarantined_until(&memo, q, now), ==, 0);
+	/* the quarantine: since + q on the node's clock */
+	CHECK(PARSE_EPOCH("1764340000123 0123456789abcdef0123456789abcdef01234567 new", &e));
+	CHECK_I64(rl_epoch_quarantine_left_ms(&e, since, q), ==, q);
+	CHECK_I64(rl_epoch_quarantine_left_ms(&e, since + 1, q), ==, q - 1);
+	CHECK_I64(rl_epoch_quarantine_left_ms(&e, since + q - 1, q), ==, 1);
+	CHECK_I64(rl_epoch_quarantine_left_ms(&e, since + q, q), ==, 0);	/* over */
+	CHECK_I64(rl_epoch_quarantine_left_ms(&e, since + 10 * q, q), ==, 0);
+	CHECK_I64(rl_epoch_quarantine_left_ms(&e, since, 0), ==, 0);	/* off */
+	CHECK_I64(rl_epoch_quarantine_left_ms(&e, since, -5), ==, 0);
+	/* a node clock that went back: no time has passed, never less */
+	CHECK_I64(rl_epoch_quarantine_left_ms(&e, since - 60000, q), ==, q);
+	/* a longer quarantine on another server counts from the same epoch */
+	CHECK_I64(rl_epoch_quarantine_left_ms(&e, since + 9000, 60000), ==, 51000);
 
-	/* the same run_id again: nothing changes */
-	CHECK(!rl_restart_sighting(&memo, "aaaa", now));
-	CHECK_I64(rl_quarantined_until(&memo, q, now), ==, 0);
-
-	/* no run_id (INFO refused or silent): not checked */
-	CHECK(!rl_restart_sighting(&memo, "", now));
-	CHECK(!rl_restart_sighting(&memo, NULL, now));
-	CHECK_STR(memo.run_id, "aaaa");
-
-	/* another run_id: a restart, quarantined from its start */
-	CHECK(rl_restart_sighting(&memo, "bbbb", rl_server_start_us(now, 2)));
-	CHECK(memo.restarted);
-	CHECK_I64(rl_quarantined_until(&memo, q, now), ==, now - 2000000 + q * 1000);
-	CHECK_I64(rl_quarantined_until(&memo, q, now + 5999999), ==, now + 6000000);
-	CHECK_I64(rl_quarantined_until(&memo, q, now + 6000000), ==, 0);	/* over */
-	CHECK_I64(rl_quarantined_until(&memo, 0, now), ==, 0);	/* off */
-
-	/* seen again (another backend, a new connection): the same start */
-	CHECK(!rl_restart_sighting(&memo, "bbbb", now + 1000000));
-	CHECK_I64(rl_quarantined_until(&memo, q, now + 1000000), ==, now + 6000000);
-
-	/* a restart long ago (uptime past the quarantine): not quarantined */
-	CHECK(rl_restart_sighting(&memo, "cccc", rl_server_start_us(now, 60)));
-	CHECK_I64(rl_quarantined_until(&memo, q, now), ==, 0);
-	CHECK_I64(rl_quarantined_until(&memo, 70000, now), ==, now + 10000000);
-
-	/* a restart whose start lies before the clock's 0 stays correct */
-	CHECK(rl_restart_sighting(&memo, "dddd", rl_server_start_us(INT64_C(2000000), 5)));
-	CHECK_I64(rl_quarantined_until(&memo, q, INT64_C(2000000)), ==, INT64_C(5000000));
-
-	/* run_ids are compared in full (40 hex digits) */
-	CHECK(rl_restart_sighting(&memo, "0123456789012345678901234567890123456789", now));
-	CHECK(rl_restart_sighting(&memo, "0123456789012345678901234567890123456788", now));
-	CHECK(!rl_restart_sighting(&memo, "0123456789012345678901234567890123456788", now));
+	/* every reason the node writes has words */
+	CHECK(strstr(rl_epoch_reason(&e), "flushed") != NULL);
+	CHECK(PARSE_EPOCH("1 r restart", &e));
+	CHECK(strstr(rl_epoch_reason(&e), "restarted") != NULL);
+	CHECK(PARSE_EPOCH("1 r seeded", &e));
+	CHECK(strstr(rl_epoch_reason(&e), "operator") != NULL);
+	CHECK(PARSE_EPOCH("1 r other", &e));
+	CHECK_STR(rl_epoch_reason(&e), "unknown");
 }
 
 int
