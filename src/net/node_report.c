@@ -75,12 +75,15 @@ report_closed_hint(const RlNode *node)
 	return NULL;
 }
 
-/* What a Redis error code means for redlock, by its first word. */
-static const struct
+/* What a text a node sent means for redlock: the words it begins with. */
+typedef struct WordsHint
 {
-	const char *code;
+	const char *words;
 	const char *hint;
-}			redis_error_hints[] =
+} WordsHint;
+
+/* What a Redis error code means for redlock, by its first word. */
+static const WordsHint redis_error_hints[] =
 {
 	{"NOAUTH", "A node requires authentication: set redlock.password (and redlock.username for an ACL user)."},
 	{"WRONGPASS", "A node refused redlock.username and redlock.password: check them against the node's ACL users (ACL LIST) or its requirepass."},
@@ -107,11 +110,7 @@ static const struct
 const char *
 report_refusal_hint(const char *text, size_t len)
 {
-	static const struct
-	{
-		const char *words;
-		const char *hint;
-	}			refusals[] =
+	static const WordsHint refusals[] =
 	{
 		{"ERR max number of clients reached", "A node refused the connection because it has as many clients as its maxclients setting allows: raise maxclients on the node (CONFIG SET maxclients, and in its configuration file), or have fewer clients connect to it (redlock.shared_connections lets this server's sessions share one connection per node)."},
 		{"DENIED", "A node in protected mode refused a connection from another host: give the node a password (requirepass, and redlock.password here) or bind it to the addresses it should serve with protected-mode no, as its message says."},
@@ -142,9 +141,9 @@ report_text_hint(const char *text)
 		text += plen;
 		for (int i = 0; i < lengthof(redis_error_hints); i++)
 		{
-			size_t		clen = strlen(redis_error_hints[i].code);
+			size_t		clen = strlen(redis_error_hints[i].words);
 
-			if (strncmp(text, redis_error_hints[i].code, clen) == 0 &&
+			if (strncmp(text, redis_error_hints[i].words, clen) == 0 &&
 				(text[clen] == ' ' || text[clen] == '\0'))
 				return redis_error_hints[i].hint;
 		}
