@@ -261,8 +261,6 @@ extern void server_learn(RlNode *node, RlRequest *req, const redisReply *reply);
 extern bool server_same_as_other(const RlNode *node);
 extern bool server_quarantine_refusal(RlNode *node, RlNodeResult *res,
 									  const char *str, size_t len);
-extern void server_quarantine_detail(RlNodeResult *res, int64_t until_us,
-									 const RlEpoch *epoch);
 extern void server_refuse_duplicates(void);
 
 /* node_pipeline.c: replies read and handed on, queued commands written */

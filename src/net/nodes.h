@@ -264,15 +264,6 @@ extern const RlServerIdent *rl_node_ident(int i);
 extern int	rl_node_same_as(int i);
 
 /*
- * The restart quarantine: a node whose epoch is younger than
- * redlock.restart_quarantine does not count toward a majority for lock and
- * extend calls; its scripts refuse on the node itself.  Until when, by
- * what this backend last read of the node's epoch, on the rl_now_us()
- * clock; 0 when it is not quarantined (or its epoch is not known here).
- */
-extern int64_t rl_node_quarantined_until(int i);
-
-/*
  * The health of the nodes across the server: a higher layer that keeps it
  * (shared/health_memory.c, with shared_preload_libraries) registers a
  * hook, and is told the outcome of every request to a node, at the end of
