@@ -1,6 +1,49 @@
 /* redlock 1.1 -> 1.2 */
 \echo Use "ALTER EXTENSION redlock UPDATE TO '1.2'" to load this file. \quit
 
+-- Objects of 1.1 that this update replaces (their column lists grow): a
+-- user object that depends on one of them, such as a view over
+-- redlock_nodes, would make the DROP fail with a hint to use CASCADE.  Say
+-- instead what blocks the update and how to proceed, as 1.0 -> 1.1 does.
+DO $$
+DECLARE
+    blockers text;
+BEGIN
+    SELECT pg_catalog.string_agg(DISTINCT
+               CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                    THEN pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
+                                                       (SELECT r.ev_class FROM pg_catalog.pg_rewrite r
+                                                         WHERE r.oid = d.objid), 0)
+                    ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END,
+               ', ')
+      INTO blockers
+      FROM pg_catalog.pg_depend d
+     WHERE d.deptype = 'n'
+       AND ((d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+             AND d.refobjid IN ('redlock_nodes()'::pg_catalog.regprocedure,
+                                'redlock_stats_nodes()'::pg_catalog.regprocedure))
+            OR (d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                AND d.refobjid IN ('redlock_nodes'::pg_catalog.regclass,
+                                   'redlock_stats_nodes'::pg_catalog.regclass)))
+       -- the extension's own objects (the views' rules) do not count
+       AND NOT EXISTS (
+           SELECT FROM pg_catalog.pg_depend e
+            WHERE e.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+              AND e.deptype = 'e'
+              AND ((e.classid = d.classid AND e.objid = d.objid)
+                   OR (d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                       AND e.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                       AND e.objid = (SELECT r.ev_class FROM pg_catalog.pg_rewrite r
+                                       WHERE r.oid = d.objid))));
+    IF blockers IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot update extension redlock to version 1.2 while other objects depend on objects it replaces'
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = 'Version 1.2 replaces redlock_nodes() and redlock_stats_nodes() and their views; these depend on them: ' || blockers || '.',
+                  HINT = 'Save the definitions of those objects, drop them, run ALTER EXTENSION redlock UPDATE, and create them again: the columns they use are unchanged.';
+    END IF;
+END
+$$;
+
 -- The restart quarantine rests on each node's epoch, a key on the node
 -- itself (when its present memory began): redlock_nodes and
 -- redlock_stats_nodes show it in three new columns, epoch_since,

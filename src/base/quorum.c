@@ -276,9 +276,9 @@ const char *
 rl_epoch_reason(const RlEpoch *epoch)
 {
 	if (strcmp(epoch->why, "new") == 0)
-		return "the node had no epoch: it is new, restarted without its data, or was flushed";
+		return "the node had no epoch (it is new, restarted without its data, or was flushed)";
 	if (strcmp(epoch->why, "restart") == 0)
-		return "another server process answers than the one that wrote the epoch: the node restarted from its files, or a replica took over";
+		return "another server process answers than the one that wrote the epoch (the node restarted from its files, or a replica took over)";
 	if (strcmp(epoch->why, "seeded") == 0)
 		return "the epoch was written by an operator";
 	return "unknown";

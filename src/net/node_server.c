@@ -16,7 +16,9 @@
  * counted over both would count it twice.  The later of the two is not
  * asked any more, its vote in the round that showed it fails, and lock
  * calls are refused (RL004) until the list is fixed.  A server that does
- * not let us run INFO (an ACL without +info) is not checked.
+ * not let the script run (an ACL without +info, a read-only replica) fails
+ * with its own words, unless the quarantine is off: then it is not
+ * checked.
  *
  * The restart quarantine rests on the node's epoch (quorum.h), a key on
  * the node itself, "<prefix>epoch": when the node's present memory began.
@@ -45,22 +47,6 @@
 
 #include "net/node_internal.h"
 
-int64_t
-rl_node_quarantined_until(int i)
-{
-	const RlServerIdent *id = &rl_nodes[i].ident;
-	int64_t		now_us = rl_now_us();
-	int64_t		left_ms;
-
-	if (!id->epoch_known)
-		return 0;
-	left_ms = rl_epoch_quarantine_left_ms(&id->epoch,
-										  id->epoch_node_now_ms +
-										  (now_us - id->epoch_read_us) / 1000,
-										  rl_restart_quarantine_ms);
-	return left_ms > 0 ? now_us + left_ms * 1000 : 0;
-}
-
 /* Keep what the node said of its epoch, read at node_now_ms on its clock. */
 static void
 server_keep_epoch(RlNode *node, const RlEpoch *epoch, int64_t node_now_ms)
@@ -69,6 +55,35 @@ server_keep_epoch(RlNode *node, const RlEpoch *epoch, int64_t node_now_ms)
 	node->ident.epoch_known = true;
 	node->ident.epoch_node_now_ms = node_now_ms;
 	node->ident.epoch_read_us = rl_now_us();
+}
+
+/*
+ * The DETAIL of a node out for its quarantine until until_us (rl_now_us()
+ * clock): until when on the wall clock, in the session's time zone, and why.
+ */
+static void
+server_quarantine_detail(RlNodeResult *res, int64_t until_us,
+						 const RlEpoch *epoch)
+{
+	struct timeval tv;
+	pg_time_t	t;
+	struct pg_tm *tm;
+	int64_t		wall_us;
+	char		when[64];
+
+	gettimeofday(&tv, NULL);
+	wall_us = (int64_t) tv.tv_sec * 1000000 + tv.tv_usec + (until_us - rl_now_us());
+	t = (pg_time_t) (wall_us / 1000000);
+	tm = session_timezone ? pg_localtime(&t, session_timezone) : NULL;
+	if (tm != NULL)
+		snprintf(when, sizeof(when), "until %02d:%02d:%02d.%03d",
+				 tm->tm_hour, tm->tm_min, tm->tm_sec, (int) (wall_us % 1000000 / 1000));
+	else
+		snprintf(when, sizeof(when), "for %d ms more",
+				 (int) ((until_us - rl_now_us() + 999) / 1000));
+	report_clip(res->detail, sizeof(res->detail),
+				"quarantined %s (redlock.restart_quarantine): %s",
+				when, rl_epoch_reason(epoch));
 }
 
 /*
@@ -99,35 +114,6 @@ server_quarantine_refusal(RlNode *node, RlNodeResult *res,
 	res->hint = "A node whose epoch is younger than redlock.restart_quarantine may have lost locks that holders still count on; it counts again once the quarantine has passed (redlock_nodes.quarantined_until).";
 	server_quarantine_detail(res, rl_now_us() + left_ms * 1000, &epoch);
 	return true;
-}
-
-/*
- * The DETAIL of a node out for its quarantine until until_us (rl_now_us()
- * clock): until when on the wall clock, in the session's time zone, and why.
- */
-void
-server_quarantine_detail(RlNodeResult *res, int64_t until_us,
-						 const RlEpoch *epoch)
-{
-	struct timeval tv;
-	pg_time_t	t;
-	struct pg_tm *tm;
-	int64_t		wall_us;
-	char		when[64];
-
-	gettimeofday(&tv, NULL);
-	wall_us = (int64_t) tv.tv_sec * 1000000 + tv.tv_usec + (until_us - rl_now_us());
-	t = (pg_time_t) (wall_us / 1000000);
-	tm = session_timezone ? pg_localtime(&t, session_timezone) : NULL;
-	if (tm != NULL)
-		snprintf(when, sizeof(when), "until %02d:%02d:%02d.%03d",
-				 tm->tm_hour, tm->tm_min, tm->tm_sec, (int) (wall_us % 1000000 / 1000));
-	else
-		snprintf(when, sizeof(when), "for %d ms more",
-				 (int) ((until_us - rl_now_us() + 999) / 1000));
-	report_clip(res->detail, sizeof(res->detail),
-				"quarantined %s (redlock.restart_quarantine): %s",
-				when, rl_epoch_reason(epoch));
 }
 
 /*
@@ -279,7 +265,7 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 		ereport(LOG,
 				(errmsg("Redis node %s begins a new epoch: it does not count toward a majority for %lld ms",
 						node->name, (long long) left_ms),
-				 errdetail("%s", rl_epoch_reason(&epoch)),
+				 errdetail("A new epoch was written because %s.", rl_epoch_reason(&epoch)),
 				 errhint("See redlock.restart_quarantine.")));
 
 	info = reply->element[0];

@@ -86,6 +86,8 @@ typedef struct RlNodeResult
 	char	   *reply_text;		/* RL_REPLY_STATUS: bulk reply, palloc'd */
 	RlItemFlags flags;			/* RL_REPLY_FLAGS: each item's yes */
 	int64_t		elapsed_us;		/* time to answer */
+	int64_t		latency_us;		/* a node late (RL_OUTCOME_LATE): how long
+								 * its last answer took, 0 if none came */
 	char		detail[RL_DETAIL_LEN];	/* what happened, for errdetail */
 	const char *hint;			/* what is likely wrong (a full sentence,
 								 * static), or NULL */
@@ -175,6 +177,8 @@ extern void rl_nodes_disconnect_all(void);
 extern int	rl_nodes_open_connections(void);
 extern const char *rl_nodes_error_hint(const RlRequest *req,
 									   const char *fallback);
+extern void rl_nodes_unavailable_hint(const RlRequest *req, char *buf,
+									  size_t len);
 
 /*
  * Rounds of many requests at once (the dispatcher worker, which serves the
@@ -264,15 +268,6 @@ typedef struct RlServerIdent
 
 extern const RlServerIdent *rl_node_ident(int i);
 extern int	rl_node_same_as(int i);
-
-/*
- * The restart quarantine: a node whose epoch is younger than
- * redlock.restart_quarantine does not count toward a majority for lock and
- * extend calls; its scripts refuse on the node itself.  Until when, by
- * what this backend last read of the node's epoch, on the rl_now_us()
- * clock; 0 when it is not quarantined (or its epoch is not known here).
- */
-extern int64_t rl_node_quarantined_until(int i);
 
 /*
  * The health of the nodes across the server: a higher layer that keeps it

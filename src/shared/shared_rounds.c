@@ -138,7 +138,11 @@ rl_shared_shmem_init(void)
 
 /* ---------------------------------------------------------------- both */
 
-/* The round failed on every node it was to ask, with detail. */
+/*
+ * The round failed on every node it was to ask, with detail: the
+ * dispatcher's failure, not the nodes', and the hint says so.  (Its
+ * pointer is valid in every process: the library is preloaded.)
+ */
 void
 rl_shared_fail_request(RlRequest *req, int nnodes, const char *detail)
 {
@@ -154,6 +158,8 @@ rl_shared_fail_request(RlRequest *req, int nnodes, const char *detail)
 		res->outcome = req->skip[i] ? RL_OUTCOME_NONE : RL_OUTCOME_OTHER;
 		strlcpy(res->detail, req->skip[i] ? "not asked" : detail,
 				sizeof(res->detail));
+		if (!req->skip[i])
+			res->hint = "The dispatcher worker, which runs this server's rounds on shared connections, is stalled or gone: it failed the round, not the nodes; see redlock_dispatcher and the server log (redlock.shared_connections = off keeps each session on its own connections).";
 		votes[i] = res->vote;
 	}
 	req->tally = rl_tally(votes, req->nnodes);

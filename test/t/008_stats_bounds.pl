@@ -171,7 +171,7 @@ is($pg->safe_psql('upd', "SELECT to_regclass('redlock_stats_info') IS NULL"), 't
 	'1.0 has no redlock_stats_info');
 $pg->safe_psql('upd', 'ALTER EXTENSION redlock UPDATE');
 is($pg->safe_psql('upd', "SELECT extversion FROM pg_extension WHERE extname = 'redlock'"),
-	'1.1', 'updated to 1.1');
+	'1.2', 'updated to 1.2 (through 1.1)');
 is($pg->safe_psql('upd', 'SELECT databases_max, tables_max FROM redlock_stats_info'),
 	'2|3', 'redlock_stats_info works after the update');
 # the update gives what a fresh install gives: same objects, same grants
@@ -192,11 +192,11 @@ SELECT pg_describe_object(classid, objid, 0) || ' ' ||
  ORDER BY 1
 SQL
 is($pg->safe_psql('upd', $objects), $pg->safe_psql('db1', $objects),
-	'1.0 + update has the same objects, and privileges on tables, views and functions, as a fresh 1.1');
+	'1.0 + update has the same objects, and privileges on tables, views and functions, as a fresh 1.2');
 like($pg->safe_psql('upd', $objects), qr/^function redlock_lock\(.*redlock_user:EXECUTE/m,
 	'(the comparison sees the functions\' privileges)');
 
-# A fresh 1.1 runs the same scripts as the update, so the comparison above
+# A fresh 1.2 runs the same scripts as the update, so the comparison above
 # cannot see a GRANT missing from both: every object's privileges, but its
 # owner's, are pinned here (the README's "Privileges" promises them).
 my $grants = <<'SQL';
@@ -247,7 +247,7 @@ view redlock_stats_info: PUBLIC SELECT
 view redlock_stats_latency: PUBLIC SELECT
 view redlock_stats_nodes: pg_monitor SELECT, redlock_user SELECT
 EXPECTED
-	'a fresh 1.1 grants exactly what the README promises, object by object');
+	'a fresh 1.2 grants exactly what the README promises, object by object');
 is($pg->safe_psql('upd', $grants), $pg->safe_psql('fresh', $grants),
 	'... and so does 1.0 + update');
 $pg->safe_psql('upd', 'CREATE ROLE bounds_reader LOGIN');
@@ -265,6 +265,24 @@ is($pg->safe_psql('db1', "SELECT has_function_privilege('redlock_user', 'redlock
 $pg->safe_psql('upd', 'CREATE EXTENSION redlock');
 is($pg->safe_psql('upd', "SELECT has_function_privilege('keeps_grant', 'redlock_unlock(text)', 'EXECUTE')"),
 	't', 'CREATE EXTENSION again uses the role that is there');
+
+# ---------- update from 1.1: a user's view over a replaced view ----------
+
+$pg->safe_psql('postgres', 'CREATE DATABASE upd12');
+$pg->safe_psql('upd12', "CREATE EXTENSION redlock VERSION '1.1'");
+$pg->safe_psql('upd12', 'CREATE VIEW my_nodes AS SELECT node, quarantined_until FROM redlock_nodes');
+my ($rc12, $out12, $err12) = $pg->psql('upd12', 'ALTER EXTENSION redlock UPDATE',
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err12, qr/ERROR:  2BP01: cannot update extension redlock to version 1\.2 while other objects depend on objects it replaces.*DETAIL:  .*these depend on them: view my_nodes\./s,
+	'1.1 -> 1.2: a view over redlock_nodes blocks the update, 2BP01, named');
+$pg->safe_psql('upd12', 'DROP VIEW my_nodes; ALTER EXTENSION redlock UPDATE');
+is($pg->safe_psql('upd12',
+		"SELECT extversion FROM pg_extension WHERE extname = 'redlock'"),
+	'1.2', '... updated once it is gone');
+is($pg->safe_psql('upd12',
+		"SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute"
+		  . " WHERE attrelid = 'redlock_stats_nodes'::regclass AND attname LIKE 'epoch%'"),
+	'epoch_since,epoch_run_id,epoch_reason', 'redlock_stats_nodes shows the epoch');
 
 $pg->stop;
 done_testing();

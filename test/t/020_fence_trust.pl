@@ -159,7 +159,7 @@ like($err, qr/HINT:  Save the definitions of those objects, drop them, run ALTER
 $pg->safe_psql('upd', 'DROP FUNCTION take(text); DROP VIEW my_leases');
 $pg->safe_psql('upd', 'ALTER EXTENSION redlock UPDATE');
 is($pg->safe_psql('upd', "SELECT extversion FROM pg_extension WHERE extname = 'redlock'"),
-	'1.1', 'updated once they are gone');
+	'1.2', 'updated once they are gone');
 is($pg->safe_psql('upd',
 		"SELECT has_function_privilege('app', 'redlock_lock(text,integer,integer,boolean)', 'EXECUTE'),
 		        has_function_privilege('redlock_user', 'redlock_lock(text,integer,integer,boolean)', 'EXECUTE'),
@@ -209,7 +209,7 @@ GRANT EXECUTE ON FUNCTION redlock_leases() TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION redlock_leases() FROM app;
 SQL
 is($pg->safe_psql('upd', $acl), $pg->safe_psql('fresh', $acl),
-	'with those grants undone, 1.0 + update has the privileges and initial privileges of a fresh 1.1');
+	'with those grants undone, 1.0 + update has the privileges and initial privileges of a fresh 1.2');
 
 # ---------- an existing role redlock_user (issue 16, item 15) ----------
 

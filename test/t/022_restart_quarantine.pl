@@ -52,7 +52,9 @@ sub east_lease
 {
 	my ($res, $ttl) = @_;
 	my $s = $east->background_psql('postgres', on_error_stop => 0);
-	my $token = $s->query_safe("SELECT redlock_lock('$res', $ttl)");
+	# (the control below takes a TTL longer than the quarantine: a WARNING)
+	my $token = $s->query("SELECT redlock_lock('$res', $ttl)");
+	$s->{stderr} = '';
 	my $t0 = time;
 	my $validity = $s->query_safe(
 		"SELECT validity_ms FROM redlock_leases WHERE resource = '$res'");

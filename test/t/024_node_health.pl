@@ -17,6 +17,7 @@ use Test::More;
 use Time::HiRes qw(time);
 
 my @redis = redis_nodes(5);
+seed_epoch(@redis);    # new nodes: they count at once
 my ($down, $full) = @redis[ 3, 4 ];
 my ($down_addr, $full_addr) = ($down->addr, $full->addr);
 

@@ -154,7 +154,7 @@ my @flushed = fresh_nodes(3);
 	$err = $w->{stderr};
 	unlike($out // '', qr/^\d+$/, 'flushall: west, on the same connections, is not granted');
 	cmp_ok($t0, '<', $end, "flushall: asked while east's validity lasts");
-	like($err, qr/\Q${\ $flushed[0]->addr }\E: quarantined until .*no epoch: it is new, restarted without its data, or was flushed/,
+	like($err, qr/\Q${\ $flushed[0]->addr }\E: quarantined until .*no epoch \(it is new, restarted without its data, or was flushed\)/,
 		'flushall: the node is named quarantined, and why') or diag $err;
 	$w->quit;
 	refused($west, 'f:r', $end, $flushed[0], 'flushall, a new session', @flushed);
@@ -246,14 +246,15 @@ my @flushed = fresh_nodes(3);
 
 # a TTL longer than the quarantine: a WARNING, once per session
 {
+	my $long = ($quarantine_s + 5) * 1000;
 	my $s = $west->background_psql('postgres', on_error_stop => 0);
 	$s->query_safe("SET redlock.nodes = '${\ node_list(@flushed[1, 2]) }'");
-	$s->query("SELECT redlock_try_lock('long', ${\ ($quarantine_s + 5) * 1000 })");
+	$s->query("SELECT redlock_try_lock('long', $long)");
 	like($s->{stderr}, qr/WARNING:  lease TTL 45000 ms is longer than redlock.restart_quarantine \(40000 ms\)/,
 		'a TTL longer than the quarantine: a WARNING');
 	$s->{stderr} = '';
 	$s->query("SELECT redlock_unlock('long')");
-	$s->query("SELECT redlock_try_lock('long2', ${\ ($quarantine_s + 5) * 1000 })");
+	$s->query("SELECT redlock_try_lock('long2', $long)");
 	is($s->{stderr}, '', '... once per session');
 	$s->query("SELECT redlock_unlock('long2')");
 	$s->quit;
