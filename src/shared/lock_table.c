@@ -330,10 +330,29 @@ rl_first_waiter(const char *key, int skip)
 	return rl_first_waiter_on(key, rl_lock_table_nodes(), skip);
 }
 
+/* Lock held.  Does a backend other than skip hold key on nodes? */
+static bool
+holder_on(const char *key, uint64_t nodes, int skip)
+{
+	uint32		hash;
+
+	for (int i = rl_key_chain(rl_table, key, &hash); i >= 0;
+		 i = rl_table->slots[i].chain_next)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (s->granted && !s->lost && i != skip && s->nodes == nodes &&
+			RL_SLOT_OF_KEY(s, hash, key))
+			return true;
+	}
+	return false;
+}
+
 /*
  * Remove a slot: the lease was released (or lost), or the backend stopped
- * waiting.  Wakes the first remaining waiter on the same resource.  Raises
- * nothing: used on the commit, abort and exit paths.
+ * waiting.  Wakes the first remaining waiter on the same resource, unless
+ * another backend here holds it.  Raises nothing: used on the commit,
+ * abort and exit paths.
  */
 void
 rl_lock_table_remove(int slot)
@@ -348,7 +367,13 @@ rl_lock_table_remove(int slot)
 	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
 	Assert(s->in_use && s->pid == MyProcPid);
 	next = rl_first_waiter_on(s->key, s->nodes, slot);
-	if (next >= 0)
+
+	/*
+	 * While another backend here holds it (it was handed the lease), the
+	 * waiter would only go back to sleep; awake meanwhile, it would miss
+	 * that holder's handoff (it offers only asleep).
+	 */
+	if (next >= 0 && !holder_on(s->key, s->nodes, slot))
 	{
 		rl_table->slots[next].woken = true;
 		procno = rl_table->slots[next].procno;

@@ -45,7 +45,7 @@ my ($w, $wpid) = remote_waiter($west, 'v1', \@redis, call => "redlock_lock('v1',
 my @offered = offer_values('v1', @redis);
 is(scalar(grep { /:$wpid$/ && $_ eq $offered[0] } @offered), scalar(@redis),
 	'every node has the same offer of the west waiter');
-is(join(' ', map { $_->cli('HGET', 'redlock:wait:v1', 'x') } @redis), join(' ', ($ttl) x @redis),
+is(join(' ', map { $_->cli('HGET', "redlock:offer:$offered[0]", 'x') } @redis), join(' ', ($ttl) x @redis),
 	'with the TTL of its call');
 
 # east releases while west's wake-up worker is stopped; it runs again
