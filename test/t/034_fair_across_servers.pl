@@ -121,25 +121,29 @@ $_->quit for $wa, $wb, $c;
 # nodes, and that one is next.
 $pg{s1}->safe_psql('postgres', 'ALTER SYSTEM SET redlock.local_handoffs = 1');
 reload_seen($pg{s1}, $h);
-$t = $h->query_safe("SELECT redlock_lock('turns', 60000)");
-my ($x, $xpid) = waiter_on('s2', 'turns', 1);
+# (TTL 10 s, wait_ms 5 s: a release that goes elsewhere fails a check, it
+# does not hold the test up)
+$t = $h->query_safe("SELECT redlock_lock('turns', 10000)");
+my ($x, $xpid) = waiter_on('s2', 'turns', 1, call => "redlock_lock('turns', 10000, wait_ms => 5000)");
 ok(wait_for(sub { queues('turns') eq join(' ', ($xpid) x @redis) }), 'turns: the s2 waiter is queued on every node');
-my ($l1, $l1pid) = start_waiter($pg{s1}, 'turns');
-my ($l2, $l2pid) = start_waiter($pg{s1}, 'turns');
+my ($l1, $l1pid) = start_waiter($pg{s1}, 'turns', call => "redlock_lock('turns', 10000, wait_ms => 5000)");
+my ($l2, $l2pid) = start_waiter($pg{s1}, 'turns', call => "redlock_lock('turns', 10000, wait_ms => 5000)");
+# the token a waiter's call returned, or 0 if it failed
+sub got { my ($w) = @_; my $v = $w->query('SELECT :got'); return $v =~ /^\d+$/ ? $v : 0; }
 $h->query_safe("SELECT redlock_unlock('turns')");
-my $t1 = $l1->query_safe('SELECT :got');
+my $t1 = got($l1);
 cmp_ok($t1, '>', $t, 'turns: the first s1 waiter was handed the lease');
 is(queues('turns'), join(' ', ($xpid) x @redis), 'turns: the s2 waiter is still first on every node');
-$l1->query_safe("SELECT redlock_unlock('turns')");
-my $tx = $x->query_safe('SELECT :got');
+$l1->query("SELECT redlock_unlock('turns')");
+my $tx = got($x);
 cmp_ok($tx, '>', $t1, 'turns: the next release went to the s2 waiter');
-ok(wait_for(sub { queues('turns') eq join(' ', ($l2pid) x @redis) }),
+ok(wait_for(sub { queues('turns') eq join(' ', ($l2pid) x @redis) }, 10),
 	'turns: the second s1 waiter, refused by that release, was queued on every node');
 is($pg{s1}->safe_psql('postgres', "SELECT count(*) FROM redlock_locks WHERE pid = $l2pid AND NOT granted"), '1',
 	'turns: and still waits');
-$x->query_safe("SELECT redlock_unlock('turns')");
-cmp_ok($l2->query_safe('SELECT :got'), '>', $tx, 'turns: then the second s1 waiter');
-$l2->query_safe("SELECT redlock_unlock('turns')");
+$x->query("SELECT redlock_unlock('turns')");
+cmp_ok(got($l2), '>', $tx, 'turns: then the second s1 waiter');
+$_->query("SELECT redlock_unlock_all()") for $x, $l1, $l2;
 $_->quit for $x, $l1, $l2;
 $pg{s1}->safe_psql('postgres', 'ALTER SYSTEM RESET redlock.local_handoffs');
 reload_seen($pg{s1}, $h);
