@@ -4,6 +4,7 @@
 #
 #   bash bench/contention.sh [--pg-config PATH] [--private-copy DIR]
 #                            [--seconds N] [--reps N] [--no-report]
+#                            [--servers | --no-servers]
 #
 # --pg-config, --private-copy   which PostgreSQL installation to build,
 #                 install and run in, or a private copy of it (bench/lib.sh;
@@ -13,6 +14,10 @@
 # --reps          interleaved repeats of every run (default 3)
 # --no-report     leave bench/CONTENTION.md and the plot alone (raw data and
 #                 the summary still go to bench/out-contention/)
+# --servers       run only one hot resource on 1, 2 and 4 servers
+#                 (bench/contention_servers.sh, 10 s runs unless --seconds,
+#                 its report bench/CONTENTION_SERVERS.md), which otherwise
+#                 runs after the runs below; --no-servers leaves it out
 #
 # It installs nothing beyond test/install-deps.sh (the plot is drawn when
 # gnuplot is installed: apt-get install gnuplot-nox), starts 5 Redis nodes
@@ -66,15 +71,22 @@ CMD="bash bench/contention.sh${*:+ $*}"
 SECS=20
 REPS=3
 REPORT=1
+SERVERS=1
+SERVERS_ARGS=()
 while [ $# -gt 0 ]; do
-	if bench_pg_option "$@"; then shift "$BENCH_SHIFT"; continue; fi
+	if bench_pg_option "$@"; then SERVERS_ARGS+=("${@:1:$BENCH_SHIFT}"); shift "$BENCH_SHIFT"; continue; fi
 	case "$1" in
-	--seconds) [ $# -ge 2 ] || usage; SECS=$2; shift 2 ;;
-	--reps) [ $# -ge 2 ] || usage; REPS=$2; shift 2 ;;
-	--no-report) REPORT=0; shift ;;
+	--seconds) [ $# -ge 2 ] || usage; SECS=$2; SERVERS_ARGS+=(--seconds "$2"); shift 2 ;;
+	--reps) [ $# -ge 2 ] || usage; REPS=$2; SERVERS_ARGS+=(--reps "$2"); shift 2 ;;
+	--no-report) REPORT=0; SERVERS_ARGS+=(--no-report); shift ;;
+	--servers) SERVERS=only; shift ;;
+	--no-servers) SERVERS=0; shift ;;
 	*) usage ;;
 	esac
 done
+if [ "$SERVERS" = only ]; then
+	exec bash "$(dirname "$0")/contention_servers.sh" "${SERVERS_ARGS[@]}"
+fi
 UNC_SECS=$(( SECS / 2 > 3 ? SECS / 2 : 3 ))
 HO_SECS=$(( SECS / 2 > 3 ? SECS / 2 : 3 ))
 RTT_N=2000
@@ -95,6 +107,7 @@ bench_workdir contention	# stops every cluster and node under it at exit
 
 echo "== 5 Redis nodes, three clusters" >&2
 NODES=$(bench_nodes redis 5)
+bench_seed_epoch "$NODES"
 PORTS=$(echo "$NODES" | tr ',' '\n' | sed 's/.*://')
 # node_timeout 500 ms instead of 50: on a shared 2-core machine a node
 # kept off the CPU for 50 ms would abort a pgbench client; it changes no
@@ -503,3 +516,10 @@ if [ "$REPORT" = 1 ]; then
 	[ -f "$OUT/contention_cdf.png" ] && cp "$OUT/contention_cdf.png" "$top/bench/contention_cdf.png"
 fi
 cat "$OUT/CONTENTION.md"
+
+if [ "$SERVERS" = 1 ]; then
+	bench_cleanup
+	trap - EXIT
+	bash "$top/bench/contention_servers.sh" --pg-config "$PG_CONFIG" \
+		$([ "$REPORT" = 1 ] || echo --no-report) --reps "$REPS"
+fi

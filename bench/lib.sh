@@ -9,6 +9,8 @@
 #   bench_workdir NAME                 BENCH_WORK=/tmp/redlock-NAME.XXXXXX, and
 #                                      an EXIT trap stopping what is under it
 #   nodes=$(bench_nodes redis 5 [args]) 5 Redis nodes on free loopback ports
+#   bench_seed_epoch "$nodes"          their epochs written as old (no
+#                                      restart quarantine to wait out)
 #   bench_cluster pg name=value ...    a cluster on a unix socket only
 #   bench_use pg                       PGHOST, PGPORT... of that cluster
 #   bench_uptime                       the machine's load (uptime), to report
@@ -155,6 +157,19 @@ bench_nodes() {
 	local name=$1 count=$2
 	shift 2
 	bash "$BENCH_TOP/test/redis-nodes.sh" start "$BENCH_WORK/$name" "$count" "$@"
+}
+
+# bench_seed_epoch NODES: each node's epoch (the restart quarantine's
+# evidence, redlock:epoch) written as old, as an operator may for nodes just
+# provisioned that hold no lock (test/perl/RedlockTest.pm, seed_epoch):
+# fresh nodes count at once, not after redlock.restart_quarantine
+bench_seed_epoch() {
+	local addr port rid
+	for addr in ${1//,/ }; do
+		port=${addr##*:}
+		rid=$(redis-cli -p "$port" INFO server | tr -d '\r' | sed -n 's/^run_id://p')
+		redis-cli -p "$port" SET redlock:epoch "0 $rid seeded" > /dev/null
+	done
 }
 
 # bench_node_pid NAME PORT: the pid of a node started by bench_nodes NAME

@@ -22,13 +22,14 @@
  *
  * A waiter on another server is handed the lock by the release script
  * itself: the waiter's refused attempt leaves its offer (a fresh lock value
- * W, its TTL and token proposal) in a hash beside the lock,
- * "<prefix>wait:<resource>", and a marker "<prefix>wake:<resource>", on
- * every node that refused it; a release (protocol_release.c) that finds
- * the marker and an offer sets W in the same script, exactly as an acquire
- * would, and publishes "W counter" instead of announcing a free lock.  The
- * waiter's wake-up worker collects those messages (lock_table_remote.c) and
- * the waiter settles them as its own attempt.
+ * W, its TTL and token proposal) in the waiters' queue beside the lock,
+ * "<prefix>wait:<resource>" (RL_LUA_QUEUE), and a marker
+ * "<prefix>wake:<resource>", on every node that refused it; a release
+ * (protocol_release.c) that finds the marker and W first in the queue sets
+ * W in the same script, exactly as an acquire would, and publishes "W
+ * counter" instead of announcing a free lock.  The waiter's wake-up worker
+ * collects those messages (lock_table_remote.c) and the waiter settles them
+ * as its own attempt.
  *
  *-------------------------------------------------------------------------
  */
