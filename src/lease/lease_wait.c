@@ -83,29 +83,17 @@ sleep_ms(const RlWaiter *w, const RlRequest *last)
 }
 
 /*
- * Sleep until woken, our turn, or the backstop.  Returns true when a
- * releasing holder handed us the lease meanwhile (*grant is filled); false
- * when we should ask the nodes (again).  last: our last attempt, if any,
- * for the 55P03 detail.  *announced: the wake-up worker knows we wait.
+ * One sleep (woken, our turn, or the backstop), and the withdrawal of the
+ * offer it left: true when a releasing holder handed us the lease
+ * meanwhile, with the round's outcome in *ho and the value in owner.
  */
-bool
-rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
-			 RlGrant *grant)
+static bool
+sleep_until_handed(RlWaiter *w, const RlRequest *last, RlHandoff *ho,
+				   char *owner)
 {
 	long		delay_ms = sleep_ms(w, last);
 	int64_t		until_us;
-	RlHandoff	ho;
 	RlHandoffOutcome outcome;
-	RlRequest	req;
-	RlAttempt	r;
-	bool		granted;
-	char		owner[RL_OWNER_LEN + 1];
-
-	if (!*announced)
-	{
-		rl_lock_table_waiting(w->slot);
-		*announced = true;
-	}
 
 	rl_handoff_offer(w->slot, w->ttl_ms, &w->offer);
 	until_us = rl_now_us() + (int64_t) delay_ms * 1000;
@@ -136,7 +124,7 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 	 * limits (lock_timeout, wait_ms) still apply; an offer given up while
 	 * taken is released by the abort path, or by the holder.
 	 */
-	while ((outcome = rl_lock_table_withdraw_offer(w->slot, &ho, owner)) ==
+	while ((outcome = rl_lock_table_withdraw_offer(w->slot, ho, owner)) ==
 		   RL_HANDED_PENDING)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -144,20 +132,47 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
-	if (outcome != RL_HANDED_OVER)
-		return false;
-	r = rl_proto_take_handoff(w->resource, w->key, w->keylen, w->ttl_ms,
-							  owner, &ho, grant, &req);
-	if (r == RL_ATTEMPT_QUEUED && rl_handoff_remote_possible(w->slot))
+	return outcome == RL_HANDED_OVER;
+}
+
+/*
+ * Sleep until woken, our turn, or the backstop.  Returns true when a
+ * releasing holder handed us the lease meanwhile (*grant is filled); false
+ * when we should ask the nodes (again).  last: our last attempt, if any,
+ * for the 55P03 detail.  *announced: the wake-up worker knows we wait.
+ */
+bool
+rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
+			 RlGrant *grant)
+{
+	RlHandoff	ho;
+	RlRequest	req;
+	RlAttempt	r;
+	char		owner[RL_OWNER_LEN + 1];
+
+	if (!*announced)
 	{
-		/*
-		 * Our server's turn is over: a waiter of another server was passed
-		 * over redlock.local_handoffs times, and the nodes put us in their
-		 * queue behind it.  Asleep again, as after an attempt of our own.
-		 */
-		rl_handoff_requeued(w->slot, w->key, &w->offer, owner, &ho);
-		return rl_wait_turn(w, last, announced, grant);
+		rl_lock_table_waiting(w->slot);
+		*announced = true;
 	}
+
+	/*
+	 * Asleep until something happened; again when a local handoff queued
+	 * us on the nodes instead: our server's turn is over, a waiter of
+	 * another server is served first, and the nodes put us in their queue
+	 * behind it (HANDOFF_SCRIPT), as after an attempt of our own.
+	 */
+	for (;;)
+	{
+		if (!sleep_until_handed(w, last, &ho, owner))
+			return false;
+		r = rl_proto_take_handoff(w->resource, w->key, w->keylen, w->ttl_ms,
+								  owner, &ho, grant, &req);
+		if (r != RL_ATTEMPT_QUEUED || !rl_handoff_remote_possible(w->slot))
+			break;
+		rl_handoff_requeued(w->slot, w->key, &w->offer, owner, &ho);
+	}
+
 	if (r == RL_ATTEMPT_QUEUED)
 	{
 		/* nobody here would hear of it being handed over: take it back */
@@ -165,9 +180,9 @@ rl_wait_turn(RlWaiter *w, const RlRequest *last, bool *announced,
 		rl_handoff_used(&w->offer, owner);
 		return false;
 	}
-	granted = r == RL_ATTEMPT_GRANTED;
 	rl_handoff_used(&w->offer, owner);
-	if (granted)
-		rl_handoff_wait_end(w->key, owner);
-	return granted;
+	if (r != RL_ATTEMPT_GRANTED)
+		return false;
+	rl_handoff_wait_end(w->key, owner);
+	return true;
 }

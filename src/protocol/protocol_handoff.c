@@ -41,8 +41,9 @@
  * waiters' marker, and the refusal says "QUEUED n", n the live offers
  * ahead of it.  Our offers (our value, or its offer value: a local
  * handoff may have queued our value on a node that refused it) are
- * removed, and the waiter's once it has the lock.  A node in its quarantine (RL_LUA_QUARANTINE) releases ours and
- * refuses the waiter.  The turn is the holder's to tell, the same on every
+ * removed, and the waiter's once it has the lock.  A node in its
+ * quarantine (RL_LUA_QUARANTINE) releases ours and refuses the waiter.
+ * The turn is the holder's to tell, the same on every
  * node; the first offer of another server is each node's own: nodes whose
  * queues differ (two offers that reached them in different orders) may
  * split the round, which then grants a majority to one waiter or to none,
@@ -51,6 +52,8 @@
 static const char HANDOFF_SCRIPT[] =
 RL_LUA_QUARANTINE
 RL_LUA_QUEUE
+RL_LUA_HAND
+RL_LUA_ENQUEUE
 "local w = 'w' .. string.sub(ARGV[1], 2)\n"
 "local q, ep = ARGV[5], ARGV[6]\n"
 "local mine = redis.call('GET', KEYS[1])\n"
@@ -73,7 +76,7 @@ RL_LUA_QUEUE
 "end\n"
 "if cur and cur ~= ARGV[2] then\n"
 "  local n = rl_enqueue(q, ep, ARGV[9], ARGV[2], ARGV[3], ARGV[4], KEYS[2],\n"
-"                       ARGV[8])\n"
+"                       ARGV[8], '')\n"
 "  if not n then return false end\n"
 "  return {ok = 'QUEUED ' .. n}\n"
 "end\n"

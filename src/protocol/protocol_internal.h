@@ -61,30 +61,44 @@ extern int64 rl_last_token;
  * (HANDOFF_SCRIPT).  Every command on the queue is pcall'd: a Redis user
  * whose ACL lacks them still locks and releases, and its waiters poll.
  *
- * rl_srv(v): the server a lock or offer value names (its system identifier
- * and start time, protocol_values.c).  rl_offer(ep, v): the live offer v
- * (ep: "<prefix>offer:"), or nil.  rl_first(q, ep, stop): the first live
- * offer of queue q for which stop(offer) is true, removing the lapsed ones
- * before it.  rl_drop(q, ep, v): offer v is gone.  rl_hand(k, q, ep, o):
- * lock k is taken for offer o as its own acquire would (value, TTL, the
- * fencing counter raised to its proposal), and "value counter" published
- * on k's channel for its wake-up worker.  rl_enqueue(q, ep, m, v, x, p, c,
- * life): offer v (TTL x, proposal p, counter c) in queue q, at the end
- * unless it is there already, for life ms, the marker m (which makes a
- * release look at the queue) and the queue living at least as long;
- * returns the number of live offers ahead of it, or nil if the offer
- * could not be left.
+ * RL_LUA_QUEUE: rl_offer(ep, v), the live offer v (ep: "<prefix>offer:"),
+ * or nil; rl_drop(q, ep, v): offer v is gone.  Each script takes only the
+ * parts it uses: the text goes through the dispatcher's slots with the
+ * arguments (RL_SHARED_ARGS_BYTES).
+ *
+ * RL_LUA_HAND, after it, for the scripts that hand a lock over: rl_srv(v),
+ * the server a lock or offer value names (its system identifier and start
+ * time, protocol_values.c); rl_first(q, ep, stop), the first live offer of
+ * queue q for which stop(offer) is true, removing the lapsed ones before
+ * it; rl_hand(k, q, ep, o): lock k is taken for offer o as its own acquire
+ * would (value, TTL, the fencing counter raised to its proposal), and
+ * "value counter" published on k's channel for its wake-up worker.
+ *
+ * RL_LUA_ENQUEUE, after RL_LUA_QUEUE, for the scripts that queue a waiter:
+ * rl_enqueue(q, ep, m, v, x, p, c, life, ours) leaves offer v (TTL x,
+ * proposal p, counter c) in queue q for life ms: where it is already, or
+ * in the place of the first of the earlier offers of the same wait listed
+ * in ours (" v1 v2 ... ", which are removed), or else at the end; the
+ * marker m (which makes a release look at the queue) and the queue live at
+ * least as long.  It returns the number of live offers ahead of it, or nil
+ * if the offer could not be left.
  */
 #define RL_LUA_QUEUE \
-"local function rl_srv(v)\n" \
-"  return string.match(v, '^[^:]*:([^:]*:[^:]*):')\n" \
-"end\n" \
 "local function rl_offer(ep, v)\n" \
 "  local f = redis.pcall('HMGET', ep .. v, 'x', 'p', 'c')\n" \
 "  if type(f) ~= 'table' or f.err or not f[1] or not f[2] or not f[3] then\n" \
 "    return nil\n" \
 "  end\n" \
 "  return {v = v, x = f[1], p = f[2], c = f[3]}\n" \
+"end\n" \
+"local function rl_drop(q, ep, v)\n" \
+"  redis.pcall('LREM', q, 0, v)\n" \
+"  redis.pcall('DEL', ep .. v)\n" \
+"end\n"
+
+#define RL_LUA_HAND \
+"local function rl_srv(v)\n" \
+"  return string.match(v, '^[^:]*:([^:]*:[^:]*):')\n" \
 "end\n" \
 "local function rl_first(q, ep, stop)\n" \
 "  local vs = redis.pcall('LRANGE', q, 0, -1)\n" \
@@ -99,38 +113,44 @@ extern int64 rl_last_token;
 "  end\n" \
 "  return nil\n" \
 "end\n" \
-"local function rl_drop(q, ep, v)\n" \
-"  redis.pcall('LREM', q, 0, v)\n" \
-"  redis.pcall('DEL', ep .. v)\n" \
-"end\n" \
 "local function rl_hand(k, q, ep, o)\n" \
 "  rl_drop(q, ep, o.v)\n" \
 "  redis.call('SET', k, o.v, 'PX', o.x)\n" \
 "  local c = redis.call('GET', o.c) or '0'\n" \
 "  if #o.p > #c or (#o.p == #c and o.p > c) then redis.call('SET', o.c, o.p) end\n" \
 "  redis.pcall('PUBLISH', k, o.v .. ' ' .. c)\n" \
-"end\n" \
-"local function rl_live(k, life)\n" \
-"  local t = redis.pcall('PTTL', k)\n" \
-"  return type(t) == 'number' and t >= tonumber(life)\n" \
-"end\n" \
-"local function rl_enqueue(q, ep, m, v, x, p, c, life)\n" \
+"end\n"
+
+#define RL_LUA_ENQUEUE \
+"local function rl_enqueue(q, ep, m, v, x, p, c, life, ours)\n" \
 "  local vs = redis.pcall('LRANGE', q, 0, -1)\n" \
 "  if type(vs) ~= 'table' or vs.err then return nil end\n" \
-"  local ahead, at = 0, false\n" \
-"  for _, u in ipairs(vs) do\n" \
-"    if u == v then at = true break end\n" \
-"    if rl_offer(ep, u) then ahead = ahead + 1 end\n" \
+"  local n, at, gone = 0, nil, {}\n" \
+"  for i, u in ipairs(vs) do\n" \
+"    if u == v or string.find(ours, ' ' .. u .. ' ', 1, true) then\n" \
+"      if at then gone[#gone + 1] = u else at = i end\n" \
+"      if u ~= v then redis.pcall('DEL', ep .. u) end\n" \
+"    elseif not at and rl_offer(ep, u) then\n" \
+"      n = n + 1\n" \
+"    end\n" \
 "  end\n" \
-"  if type(redis.pcall('HSET', ep .. v, 'x', x, 'p', p, 'c', c)) == 'table' or\n" \
-"     type(redis.pcall('PEXPIRE', ep .. v, life)) == 'table' then\n" \
-"    redis.pcall('DEL', ep .. v)\n" \
+"  local e = ep .. v\n" \
+"  if type(redis.pcall('HSET', e, 'x', x, 'p', p, 'c', c)) == 'table' or\n" \
+"     type(redis.pcall('PEXPIRE', e, life)) == 'table' then\n" \
+"    redis.pcall('DEL', e)\n" \
 "    return nil\n" \
 "  end\n" \
-"  if not at then redis.pcall('RPUSH', q, v) end\n" \
-"  if not rl_live(q, life) then redis.pcall('PEXPIRE', q, life) end\n" \
-"  if not rl_live(m, life) then redis.pcall('SET', m, '1', 'PX', life) end\n" \
-"  return ahead\n" \
+"  if at then redis.pcall('LSET', q, at - 1, v) else redis.pcall('RPUSH', q, v) end\n" \
+"  for _, u in ipairs(gone) do redis.pcall('LREM', q, 1, u) end\n" \
+"  local t = redis.pcall('PTTL', q)\n" \
+"  if type(t) == 'number' and t < tonumber(life) then\n" \
+"    redis.pcall('PEXPIRE', q, life)\n" \
+"  end\n" \
+"  t = redis.pcall('PTTL', m)\n" \
+"  if type(t) ~= 'number' or t < tonumber(life) then\n" \
+"    redis.pcall('SET', m, '1', 'PX', life)\n" \
+"  end\n" \
+"  return n\n" \
 "end\n"
 
 #define RL_EPOCH_ARGS	2

@@ -47,6 +47,7 @@
 static const char RELEASE_HANDOVER_SCRIPT[] =
 RL_LUA_QUARANTINE
 RL_LUA_QUEUE
+RL_LUA_HAND
 "local pre = ARGV[#KEYS + 1]\n"
 "local ep = pre .. 'offer:'\n"
 "local n = 0\n"

@@ -58,8 +58,9 @@
  * bound: a round the dispatcher took and does not finish (it stopped
  * answering, or exited) fails on every node instead.
  *
- * The slots take RL_SHARED_SLOTS_PER_BACKEND per PGPROC, about 12 kB each
- * (most of it the request's results): some 6 MB for max_connections = 100.
+ * The slots take RL_SHARED_SLOTS_PER_BACKEND per PGPROC, about 16 kB each
+ * (the request's results and its arguments): some 8 MB for max_connections
+ * = 100.
  * This file keeps the memory and the worker's side; the backends' side is
  * in shared_rounds_backend.c.
  *

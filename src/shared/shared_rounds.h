@@ -14,9 +14,13 @@
 
 /* slots of one process: a send and a run in flight, with room to spare */
 #define RL_SHARED_SLOTS_PER_BACKEND	4
-/* largest request a slot takes (arguments, and their bytes) */
+/*
+ * largest request a slot takes (arguments, and their bytes: the script's
+ * text too, up to about 4 kB for those of the waiters' queue, and their
+ * keys and values)
+ */
 #define RL_SHARED_MAX_ARGS			64
-#define RL_SHARED_ARGS_BYTES		4096
+#define RL_SHARED_ARGS_BYTES		8192
 /* a backend moves onto the shared connections with this many others busy */
 #define RL_SHARED_MIN_OTHERS		2
 
