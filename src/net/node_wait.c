@@ -140,6 +140,7 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 	WaitEvent	events[RL_MAX_READY + 2];
 	int			nevents;
 	int			n = 0;
+	bool		latch_seen = false;
 
 	if (rl_wes_stale || rl_wes == NULL || wes_resolver_changed())
 		wes_rebuild();
@@ -172,6 +173,7 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 			ResetLatch(MyLatch);
 			rl_latch_fired = true;
 			CHECK_FOR_INTERRUPTS();
+			latch_seen = true;
 			continue;
 		}
 		if (ev->events & WL_POSTMASTER_DEATH)
@@ -188,6 +190,16 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 		ready[n].writable = (ev->events & WL_SOCKET_WRITEABLE) != 0;
 		n++;
 	}
+
+	/*
+	 * A latch found set is all WaitEventSetWait returns: it does not look at
+	 * the sockets then.  A process whose latch is set often (the dispatcher,
+	 * which every queued round wakes) would read its replies late, or judge
+	 * a node late whose reply waits in its socket: look at them now, without
+	 * waiting.
+	 */
+	if (latch_seen && n == 0)
+		n = wait_in_poll(0, ready);
 	return n;
 }
 

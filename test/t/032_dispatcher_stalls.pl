@@ -1,0 +1,85 @@
+# A stall of the dispatcher worker (src/workers/dispatcher.c) under load:
+# five 200 ms SIGSTOPs of it while 16 pgbench sessions lock and unlock
+# their own resources through it (prepared statements, lock and unlock as
+# two statements, as drivers send them), with the default node_timeout of
+# 50 ms.  Calls get slower; none fails: no error, no lock refused (each
+# session's resource is its own, so a refusal is a lock of its own left
+# behind), no lock left on the nodes once the load stops, and no healthy
+# node blamed for the worker's stall in the server log.
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedlockTest;
+use Test::More;
+use Time::HiRes qw(usleep);
+use IPC::Run;
+
+my @redis = redis_nodes(5);
+my $pg = redlock_cluster('stalls', nodes => \@redis, preload => 1,
+	conf => "max_connections = 40\n");
+my $pm_start = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
+ok(wait_for(sub { worker_pid($pg, 'dispatcher') ne '' }), 'the dispatcher runs');
+is($pg->safe_psql('postgres', 'SHOW redlock.node_timeout'), '50ms',
+	'node_timeout is the default, 50 ms');
+
+# a refusal of a session's own resource is an error, which ends its client
+$pg->safe_psql('postgres', q{
+CREATE FUNCTION t_lock(c int) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    tok bigint := redlock_try_lock('own:' || c, 5000);
+BEGIN
+    IF tok IS NULL THEN
+        RAISE EXCEPTION 'session % was refused its own resource', c;
+    END IF;
+    RETURN tok;
+END $$;
+});
+my $script = $pg->basedir . '/032_cycle.sql';
+append_to_file($script, q{
+SELECT t_lock(:client_id);
+SELECT redlock_unlock('own:' || :client_id);
+});
+
+sub rounds
+{
+	return split /\|/, $pg->safe_psql('postgres',
+		'SELECT rounds_shared, rounds_own FROM redlock_dispatcher');
+}
+
+my $log_from = -s $pg->logfile;
+my ($sh0, $own0) = rounds();
+my ($out, $err) = ('', '');
+my $bench = IPC::Run::start(
+	[ 'pgbench', '-n', '-M', 'prepared', '-c', '16', '-j', '2', '-T', '8',
+		'-f', $script, '-h', $pg->host, '-p', $pg->port, 'postgres' ],
+	'<', \'', '>', \$out, '2>', \$err,
+	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+
+# the load under way (through the dispatcher), then five stalls of it
+ok(wait_for(sub { my ($sh) = rounds(); $sh - $sh0 > 200 }),
+	'the 16 sessions\' calls go through the dispatcher');
+my $disp = worker_pid($pg, 'dispatcher');
+for my $i (1 .. 5)
+{
+	kill 'STOP', $disp;
+	usleep(200_000);
+	kill 'CONT', $disp;
+	usleep(400_000);
+}
+ok($bench->finish, 'pgbench ran to its end: no session failed a call')
+  or diag "pgbench: $err";
+like($out, qr/processed: [1-9]/, 'the sessions made calls');
+unlike($err, qr/error|abort/i, 'no call failed (no lock refused, no error)');
+my ($sh1, $own1) = rounds();
+note 'rounds: ' . ($sh1 - $sh0) . ' shared, ' . ($own1 - $own0) . ' own';
+ok(no_keys('*', @redis), 'no lock is left on the nodes');
+my $log = substr(slurp_file($pg->logfile), $log_from);
+unlike($log, qr/Redis node \S+ is failing/,
+	'no node was blamed in the log for the worker\'s stalls');
+is(worker_pid($pg, 'dispatcher'), $disp, 'the same dispatcher ran throughout');
+
+nothing_crashed($pg, $pm_start);
+$pg->stop;
+done_testing();
