@@ -31,6 +31,7 @@ extern int	rl_restart_quarantine_ms;	/* 0: off */
 extern int	rl_stats_max_databases; /* only with shared_preload_libraries */
 extern int	rl_stats_max_tables;
 extern int	rl_shared_connections;	/* RlSharedMode */
+extern int	rl_debug_complete_delay_ms; /* tests only (dispatcher.c) */
 
 /* redlock.shared_connections: when rounds go to the dispatcher worker */
 typedef enum RlSharedMode

@@ -207,6 +207,13 @@ rl_nodes_oldest_owed(void)
 	return oldest;
 }
 
+void
+rl_nodes_tags_above(uint64_t floor)
+{
+	if (rl_round_id < floor)
+		rl_round_id = floor;
+}
+
 bool
 rl_nodes_quiet(void)
 {

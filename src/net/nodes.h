@@ -198,6 +198,13 @@ extern void rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
 extern uint64_t rl_nodes_oldest_owed(void);
 
 /*
+ * The rounds dispatched from now on are tagged above floor: a process that
+ * takes over another's work (a new dispatcher worker) keeps the tags of
+ * the two apart.
+ */
+extern void rl_nodes_tags_above(uint64_t floor);
+
+/*
  * This process's own connections owe nothing and hold nothing to send:
  * every command sent on them was answered (replies that arrived are taken
  * first, without waiting).  Must-deliver commands kept for a node that
