@@ -237,7 +237,6 @@ extern void queue_keep(RlNode *node, const RlRequest *req);
 extern void queue_keep_text(RlNode *node, char *cmd, int len);
 extern void queue_requeue_owed(RlNode *node);
 extern void queue_send_kept(RlNode *node);
-extern void queue_forget_kept(RlNode *node);
 
 /* node_fail.c: a node's failure and recovery */
 extern void node_disconnect(RlNode *node);

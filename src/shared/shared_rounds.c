@@ -87,7 +87,7 @@ RlSharedRounds *rl_shared = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* The slots, the ring and the last tags (see the struct) */
+/* The slots, the ring, the last tags and the kept commands (see the struct) */
 static Size
 shared_size(void)
 {
@@ -97,8 +97,9 @@ shared_size(void)
 	size = MAXALIGN(add_size(offsetof(RlSharedRounds, slots),
 							 mul_size(nslots, sizeof(RlSharedSlot))));
 	size = add_size(size, MAXALIGN(mul_size(nslots, sizeof(int))));
-	return add_size(size, MAXALIGN(mul_size(rl_shared_procs(),
+	size = add_size(size, MAXALIGN(mul_size(rl_shared_procs(),
 											sizeof(pg_atomic_uint64))));
+	return add_size(size, RL_SHARED_KEPT_BYTES);
 }
 
 static void
@@ -361,6 +362,78 @@ rl_shared_complete(RlRequest *req)
 	if (req->tag > pg_atomic_read_u64(&rl_shared->tag_high))
 		pg_atomic_write_u64(&rl_shared->tag_high, req->tag);
 	slot_finish(s, RL_SLOT_RUNNING);
+}
+
+/*
+ * The commands the dispatcher kept for nodes it could not reach, handed to
+ * its successor in shared memory: each a record of its node's name and
+ * the command (RL_SHARED_KEPT_BYTES in all: what does not fit is lost, as
+ * when a node's own list of them overflows).  Only the dispatcher reads or
+ * writes them, and one dispatcher runs at a time.
+ */
+typedef struct RlKeptRecord
+{
+	uint16		namelen;
+	int32		cmdlen;
+	/* then the name and the command */
+} RlKeptRecord;
+
+static void
+save_kept(const char *node_name, const char *cmd, int len, void *arg)
+{
+	RlKeptRecord rec;
+	char	   *at = rl_shared_kept() + rl_shared->kept_used;
+	size_t		need;
+
+	rec.namelen = (uint16) strlen(node_name);
+	rec.cmdlen = len;
+	need = sizeof(rec) + rec.namelen + len;
+	if (len <= 0 || rl_shared->kept_used + need > RL_SHARED_KEPT_BYTES)
+		return;
+	memcpy(at, &rec, sizeof(rec));
+	memcpy(at + sizeof(rec), node_name, rec.namelen);
+	memcpy(at + sizeof(rec) + rec.namelen, cmd, len);
+	rl_shared->kept_used += need;
+	rl_shared->nkept++;
+}
+
+/* The dispatcher exits, its connections closed: hand on what it kept. */
+void
+rl_shared_save_kept(void)
+{
+	if (rl_shared == NULL)
+		return;
+	rl_shared->nkept = 0;
+	rl_shared->kept_used = 0;
+	rl_nodes_hand_kept(save_kept, NULL);
+}
+
+/*
+ * The dispatcher connects to its nodes: take what a predecessor kept, for
+ * the nodes of the same names (the others' are dropped).
+ */
+void
+rl_shared_load_kept(void)
+{
+	const char *at;
+	char		name[RL_MAX_HOST_LEN + 16];
+
+	if (rl_shared == NULL)
+		return;
+	at = rl_shared_kept();
+	for (int i = 0; i < rl_shared->nkept; i++)
+	{
+		RlKeptRecord rec;
+
+		memcpy(&rec, at, sizeof(rec));
+		memcpy(name, at + sizeof(rec), Min(rec.namelen, sizeof(name) - 1));
+		name[Min(rec.namelen, sizeof(name) - 1)] = '\0';
+		(void) rl_nodes_take_kept(name, at + sizeof(rec) + rec.namelen,
+								  rec.cmdlen);
+		at += sizeof(rec) + rec.namelen + rec.cmdlen;
+	}
+	rl_shared->nkept = 0;
+	rl_shared->kept_used = 0;
 }
 
 /*

@@ -65,15 +65,22 @@ typedef struct RlSharedRounds
 	pg_atomic_uint32 rounds_in_flight;	/* backends' rounds under way */
 	pg_atomic_uint64 shared_rounds;
 	pg_atomic_uint64 own_rounds;
+	int			nkept;			/* commands in kept (a dispatcher's, for
+								 * its successor) */
+	int			kept_used;		/* bytes of kept in use */
 	RlSharedSlot slots[FLEXIBLE_ARRAY_MEMBER];
 
 	/*
 	 * Then, each MAXALIGN'd: the ring (nslots ints); last_tag, one
 	 * pg_atomic_uint64 per PGPROC (the greatest tag of the process's
 	 * rounds that the dispatcher completed; written by the dispatcher
-	 * alone).
+	 * alone); kept (RL_SHARED_KEPT_BYTES: the commands a dispatcher kept
+	 * for nodes it could not reach, handed to the next one).
 	 */
 } RlSharedRounds;
+
+/* room for the commands a dispatcher hands to its successor */
+#define RL_SHARED_KEPT_BYTES	(64 * 1024)
 
 extern RlSharedRounds *rl_shared;	/* NULL: not preloaded */
 
@@ -96,6 +103,13 @@ static inline pg_atomic_uint64 *
 rl_shared_last_tags(void)
 {
 	return (pg_atomic_uint64 *) MAXALIGN(rl_shared_ring() + rl_shared->nslots);
+}
+
+/* the kept commands, after the tags */
+static inline char *
+rl_shared_kept(void)
+{
+	return (char *) MAXALIGN(rl_shared_last_tags() + rl_shared_procs());
 }
 
 /* this backend's slots */

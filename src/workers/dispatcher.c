@@ -22,7 +22,10 @@
  * When redlock.nodes is empty it is not ready and only waits.  When a
  * reload changes its settings, it takes no more rounds of the old ones,
  * runs those queued on its old connections, and only then connects to the
- * new: nothing queued is failed for the change.
+ * new: nothing queued is failed for the change.  The releases it keeps for
+ * a node it cannot reach stay with the node if it stays in the list, and
+ * at exit go to the next dispatcher (rl_shared_save_kept), as the rounds
+ * still queued do (the ring outlives it).
  *
  * Scripts go by their SHA1 on a connection that ran them before, and the
  * node layer knows a script by its address (node_script.c).  A round's
@@ -151,6 +154,33 @@ run_queued(RlRequest **reqs)
 }
 
 /*
+ * Exit: let the nodes take what is in flight (bounded by node_timeout),
+ * close the connections, and hand what is kept for the nodes that could
+ * not be reached to the next dispatcher.  Raises nothing.
+ */
+static void
+dispatcher_exit(int code, Datum arg)
+{
+	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
+	rl_nodes_disconnect_all();
+	rl_shared_save_kept();
+}
+
+/* The first time the worker has its nodes: what a predecessor kept. */
+static void
+nodes_first_ready(void)
+{
+	static bool done = false;
+
+	if (!done)
+	{
+		rl_shared_load_kept();
+		before_shmem_exit(dispatcher_exit, (Datum) 0);
+		done = true;
+	}
+}
+
+/*
  * The server configuration changed the worker's node settings: take no
  * more rounds of the old ones, and run those queued on the connections
  * they were queued for before these close.  Nothing queued is failed for
@@ -188,6 +218,7 @@ redlock_dispatcher_main(Datum main_arg)
 		if (rl_worker_nodes_configured())
 		{
 			rl_worker_nodes_ready();
+			nodes_first_ready();
 			settings = rl_nodes_settings_fingerprint();
 			rl_shared_publish(true, settings, rl_nodes_duplicates());
 			published = true;
