@@ -21,6 +21,11 @@
 #   (dispatcher.c round_done), where the session would otherwise read a
 #   stale "nothing owed" and unlock on its own connection; once node 3
 #   runs, no lock may remain there.
+# - tags: a session's rounds through one dispatcher count as answered for
+#   the next one (it tags its rounds above every tag its predecessor
+#   completed, and a starting dispatcher writes no slot it does not own):
+#   with the new one owing a reply (node 3 paused), the session, alone,
+#   goes back to its own connections at its next call.
 # - running: with nodes 1-3 paused, a session (always) hands the
 #   dispatcher three releases, which it sends and cannot decide, and which
 #   the session gives up on (they run on in the dispatcher), then a lock;
@@ -78,26 +83,54 @@ like($s->query_safe("SELECT redlock_lock('warm', 30000)"), qr/^\d+$/,
 	'the session, alone, takes a lock on its own connections');
 $s->query_safe("SELECT redlock_unlock('warm')");
 
-# two sessions whose rounds stay under way on their own connections
-# (their node list, node X alone, is not the dispatcher's; X is paused)
-$x->pause;
-my @busy;
-for my $i (1 .. 2)
+# Two sessions whose rounds stay under way on their own connections
+# (their node list, node X alone, is not the dispatcher's; X is paused):
+# the others under way that keep a session in auto on the shared
+# connections.  Stopped (cancelled), they leave it alone.
+sub start_busy
 {
-	my $b = long_session($pg);
-	my $pid = $b->query_safe('SELECT pg_backend_pid()');
-	$b->query_safe("SET redlock.nodes = '" . node_list($x) . "'");
-	$b->query_safe("SET redlock.node_timeout = '60s'");
-	$b->query_until(qr/busy/, "\\echo busy\nSELECT redlock_lock('busy:$i', 30000);\n");
-	push @busy, [ $b, $pid ];
+	my @busy;
+	$x->pause;
+	for my $i (1 .. 2)
+	{
+		my $b = long_session($pg);
+		my $pid = $b->query_safe('SELECT pg_backend_pid()');
+		$b->query_safe("SET redlock.nodes = '" . node_list($x) . "'");
+		$b->query_safe("SET redlock.node_timeout = '60s'");
+		$b->query_until(qr/busy/, "\\echo busy\nSELECT redlock_lock('busy:$i', 30000);\n");
+		push @busy, [ $b, $pid ];
+	}
+	return @busy;
 }
-ok(wait_for(sub {
-	my ($a) = rounds();
-	$s->query_safe("SELECT redlock_lock('warm', 30000)");
-	$s->query_safe("SELECT redlock_unlock('warm')");
-	my ($b) = rounds();
-	$b > $a;
-}), 'beside two busy sessions, the session\'s calls go through the dispatcher');
+
+sub stop_busy
+{
+	my (@busy) = @_;
+	$pg->safe_psql('postgres', "SELECT pg_cancel_backend($_->[1])") for @busy;
+	for my $b (@busy)
+	{
+		my ($out, $err) = run_in($b->[0], "SELECT 'stopped'");
+		like($err, qr/canceling statement/, 'a busy session is stopped');
+		$b->[0]->quit;
+	}
+	$x->resume;
+}
+
+# a session of the server ($s or another) goes through the dispatcher
+sub goes_shared
+{
+	my ($session) = @_;
+	return wait_for(sub {
+		my ($a) = rounds();
+		$session->query_safe("SELECT redlock_lock('warm', 30000)");
+		$session->query_safe("SELECT redlock_unlock('warm')");
+		my ($b) = rounds();
+		$b > $a;
+	});
+}
+
+my @busy = start_busy();
+ok(goes_shared($s), 'beside two busy sessions, the session\'s calls go through the dispatcher');
 
 # a dispatcher whose rounds are handed back long after it published what
 # it owes, and that has no connection yet
@@ -107,23 +140,46 @@ new_dispatcher();
 $redis[2]->pause;
 like($s->query_safe("SELECT redlock_lock('owed', 30000)"), qr/^\d+$/,
 	'with node 3 paused, a lock through the dispatcher is granted');
-# the two stop: the session is alone
-for my $b (@busy)
-{
-	$pg->safe_psql('postgres', "SELECT pg_cancel_backend($b->[1])");
-}
-for my $b (@busy)
-{
-	my ($out, $err) = run_in($b->[0], "SELECT 'stopped'");
-	like($err, qr/canceling statement/, 'a busy session is stopped');
-}
+stop_busy(@busy);
 $s->query_safe("SELECT redlock_unlock('owed')");
 $redis[2]->resume;
 ok(no_keys('owed', @redis),
 	'node 3, running again, took the lock and then its release: no key is left');
 is(keys_on($redis[2], 'owed'), '', 'none on node 3');
-$_->[0]->quit for @busy;
-$x->resume;
+
+# --- tags: the session's rounds through one dispatcher are answered for
+# the next one, whose connections start owing at once (node 3 paused,
+# another session's lock sent to it): the session, alone, goes back to its
+# own connections at its next call.  (A dispatcher that tagged its rounds
+# from 1 again would take the session's last tag, from its predecessor,
+# for one of its own still owed.)
+$pg->append_conf('postgresql.conf', "redlock.debug_complete_delay = 0\n");
+reload_seen($pg, $s);
+@busy = start_busy();
+ok(goes_shared($s), 'the session goes through the dispatcher again');
+for my $i (1 .. 20)
+{
+	$s->query_safe("SELECT redlock_lock('many', 30000)");
+	$s->query_safe("SELECT redlock_unlock('many')");
+}
+my $t = long_session($pg);
+ok(goes_shared($t), 'so does another session');
+new_dispatcher();
+$redis[2]->pause;
+like($t->query_safe("SELECT redlock_lock('owed2', 30000)"), qr/^\d+$/,
+	'the other session takes a lock through the new dispatcher, node 3 paused');
+stop_busy(@busy);
+my ($sh0, $own0) = rounds();
+like($s->query_safe("SELECT redlock_try_lock('alone', 30000)"), qr/^\d+$/,
+	'the session, alone, takes a lock');
+my ($sh1, $own1) = rounds();
+is($sh1 - $sh0, 0, 'not through the new dispatcher');
+cmp_ok($own1 - $own0, '>=', 1, 'on its own connections');
+$s->query_safe("SELECT redlock_unlock('alone')");
+$redis[2]->resume;
+$t->query_safe("SELECT redlock_unlock('owed2')");
+$t->quit;
+ok(no_keys('*', @redis), 'no key is left');
 
 # --- running: the session's rounds held by a stopped dispatcher.  The
 # dispatcher waits up to 10 s for a node; the session gives up on a round
@@ -142,7 +198,7 @@ for my $r ('a', 'b', 'c')
 }
 my $disp = new_dispatcher();
 $_->pause for @redis[0 .. 2];
-my (undef, $own0) = rounds();
+(undef, $own0) = rounds();
 # three releases the dispatcher sends and cannot decide, given up by the
 # session (a warning each), running still
 for my $r ('a', 'b', 'c')
@@ -162,7 +218,7 @@ kill 'STOP', $disp;
 my ($out, $err) = run_in($s, "SELECT 'after'");
 like($err, qr/could not acquire lease on "x"/, 'the lock call fails');
 note "the lock call: $err";
-my (undef, $own1) = rounds();
+(undef, $own1) = rounds();
 is($own1 - $own0, 0,
 	'nothing of the session ran on its own connections while the worker held its rounds');
 $_->resume for @redis[0 .. 2];
