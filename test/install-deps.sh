@@ -27,7 +27,7 @@ for arg in "$@"; do
 done
 
 pkgs=(build-essential libhiredis-dev libc-ares-dev libssl-dev redis-server
-      redis-tools libipc-run-perl procps util-linux sudo faketime)
+      redis-tools libipc-run-perl procps util-linux sudo faketime nftables)
 if [ -n "$with_pg" ]; then
 	pkgs+=(postgresql-15 postgresql-server-dev-15 postgresql-common)
 fi

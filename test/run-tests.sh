@@ -29,6 +29,10 @@
 #
 # Every server it starts listens on ports that were free (Redis) or only on
 # a unix socket in its own directory (PostgreSQL), and is stopped at the end.
+# Run as root (as CI runs it), the TAP tests run as postgres, and a suite
+# that names REDLOCK_NETFAULT (the feature soak) gets network faults from a
+# root helper beside it (test/netfault.sh, nftables; see netfault_start);
+# without root that suite runs without them and says so.
 # Exits non-zero on any failure; the last line counts the suites.
 set -euo pipefail
 
@@ -180,15 +184,60 @@ if [ "$(id -u)" -eq 0 ]; then
 else
 	as_pg=()
 fi
+# The network faults of a suite whose file names REDLOCK_NETFAULT (the
+# feature soak): as root, with nft, the root helper test/netfault.sh runs
+# beside it in a directory of its own (an nftables table named after its
+# PID, commands from a FIFO the test writes), named to the test in
+# REDLOCK_NETFAULT.  The helper deletes its table when it is stopped, when
+# this suite's shell is gone, or after an hour more than the soak's
+# seconds.  Without root or nft the test runs without network faults and
+# says so.  Sets netfault_dir and netfault_pid.
+netfault_dir=
+netfault_pid=
+netfault_start() {
+	# this suite's shell ($BASHPID inside the background job below would be
+	# the helper's own)
+	local me=$BASHPID
+	local dir=$tap/netfault-$me i
+	[ "$(id -u)" -eq 0 ] && command -v nft > /dev/null || return 0
+	mkdir -p "$dir"
+	chmod 755 "$dir"
+	bash "$top/test/netfault.sh" "$dir" postgres "$me" $((${SOAK_SECONDS:-60} + 3600)) &
+	netfault_pid=$!
+	for i in $(seq 100); do
+		if grep -qx ready "$dir/netfault.log" 2> /dev/null; then
+			netfault_dir=$dir
+			return 0
+		fi
+		kill -0 "$netfault_pid" 2> /dev/null || break
+		sleep 0.1
+	done
+	echo "run-tests: the network fault helper (test/netfault.sh) did not start" >&2
+	netfault_stop
+}
+netfault_stop() {
+	[ -n "$netfault_pid" ] || return 0
+	kill -TERM "$netfault_pid" 2> /dev/null || true
+	wait "$netfault_pid" 2> /dev/null || true
+	netfault_pid=
+}
 # shellcheck disable=SC2086 # PROVE_FLAGS: several words
 tap_suite() {
-	local t=$1 log
+	local t=$1 log rc=0
 	cd "$tap"
+	if grep -q REDLOCK_NETFAULT "$t"; then
+		trap netfault_stop EXIT
+		trap 'exit 130' INT TERM
+		netfault_start
+	fi
 	"${as_pg[@]}" env PATH="$PATH" TESTDIR="$tap" REDLOCK_REDIS_SERVER="${REDLOCK_REDIS_SERVER:-}" \
 		TESTDATADIR="$tap/tmp_check" TESTLOGDIR="$tap/tmp_check/log" \
 		PG_REGRESS="$pgxs_test/regress/pg_regress" \
 		PERL5LIB="$pgxs_test/perl:$tap/perl" REDLOCK_README="$tap/README.md" \
-		prove ${PROVE_FLAGS:-} "$t" && return 0
+		REDLOCK_NETFAULT="$netfault_dir" \
+		prove ${PROVE_FLAGS:-} "$t" || rc=1
+	netfault_stop
+	[ "$rc" -eq 0 ] && return 0
 	log=$tap/tmp_check/log/regress_log_$(basename "$t" .pl)
 	[ -f "$log" ] && tail -n 60 "$log"
 	return 1

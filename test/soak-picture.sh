@@ -5,8 +5,11 @@
 # to the end of the validity its holder was told, cut where it let go), the
 # overlaps the checker found shaded red, each node's faults on a lane of
 # its own (stopped, killed, wiped, in its restart quarantine, its clock
-# jumped) and each server's (worker SIGTERMed, reload, holder terminated)
-# on another, and the phases of the run.
+# jumped; the network between it and east above the lane, and west below
+# it: cut, or its replies dropped) and each server's (worker SIGTERMed,
+# reload, holder terminated, a backend SIGKILLed and the crash-restart
+# until it accepts connections again) on another, and the phases of the
+# run.
 #
 #   bash test/soak-picture.sh HISTORY_DIR OUT.png [FROM TO]
 #
@@ -14,7 +17,7 @@
 # --only 'TAP 021' --seconds N keeps it; a failing run keeps it anyway and
 # prints where).  FROM, TO: seconds from the start of the soak (default: the
 # first 30 s of the main phase).  The intervals come from the soak's own
-# checker (test/perl/FeatureSoak.pm), run again on the history.  Needs
+# checker (test/perl/FeatureSoakCheck.pm), run again on the history.  Needs
 # gnuplot (Debian's gnuplot-nox, installed with apt-get when missing and
 # run as root) and perl with IPC::Run (libipc-run-perl).
 set -euo pipefail
@@ -48,7 +51,7 @@ trap '[ -n "${SOAK_PICTURE_KEEP:-}" ] || rm -rf "$work"' EXIT
 PERL5LIB="$top/test/perl${PERL5LIB:+:$PERL5LIB}" perl - "$hist" "$work" "$out" "$from" "$to" <<'PERL'
 use strict;
 use warnings FATAL => 'all';
-use FeatureSoak;
+use FeatureSoakCheck;
 use JSON::PP;
 
 my ($hist, $work, $out, $from, $to) = @ARGV;
@@ -58,8 +61,8 @@ my $run = decode_json(slurp("$hist/run.json"));
 my $t0 = $run->{t0};
 my @faults = jsonl("$hist/faults.jsonl");
 my @audit = -e "$hist/audit.jsonl" ? jsonl("$hist/audit.jsonl") : ();
-my $events = FeatureSoak::read_history(glob("$hist/session-*.jsonl"));
-my $rep = FeatureSoak::check(events => $events, faults => \@faults, audit => \@audit);
+my $events = FeatureSoakCheck::read_history(glob("$hist/session-*.jsonl"));
+my $rep = FeatureSoakCheck::check(events => $events, faults => \@faults, audit => \@audit);
 
 my $end = $run->{deadline} - $t0;
 if ($from eq '')
@@ -90,7 +93,13 @@ my $ymax = $y{'hot:1'} + 0.9;
 
 my %colour = (east1 => 0x1f77b4, east2 => 0x17becf, east3 => 0x9467bd,
 	west1 => 0xff7f0e, west2 => 0xd62728, west3 => 0x8c564b);
-my %state = (pause => 0x9e9e9e, kill9 => 0x303030, wipe => 0xc0392b, quarantine => 0xf4d03f);
+my %state = (pause => 0x9e9e9e, kill9 => 0x303030, wipe => 0xc0392b, quarantine => 0xf4d03f,
+	crash => 0x6a1b9a);
+# the network between a server and a node: a thin bar above (east) or
+# below (west) the node's lane, solid where cut, hatched where the node's
+# replies were dropped
+my %net_colour = (east => 0x0b3d91, west => 0xb34700);
+my %net_side = (east => 0.31, west => -0.31);
 
 my $put = sub {
 	my ($name, @rows) = @_;
@@ -144,7 +153,7 @@ for my $kind (qw(overlaps overlaps_clock overlaps_wipe))
 	$overlap_seen{$kind} = 1 if @bars;
 }
 
-my (@states, @marks, @lines, %used);
+my (@states, @marks, @lines, @cuts, @mutes, %used);
 my %clock_node = map { $_->{node} => 1 } grep { $_->{kind} eq 'clock' } @faults;
 for my $f (@faults)
 {
@@ -156,18 +165,41 @@ for my $f (@faults)
 		{
 			if ($seen->($t, $t_end))
 			{
-				push @states, $box->($t, $t_end, "node$n", 0.28, $state{ $f->{kind} });
+				push @states, $box->($t, $t_end, "node$n", 0.22, $state{ $f->{kind} });
 				$used{ $f->{kind} } = 1;
 			}
 			next unless $f->{kind} ne 'pause' && $f->{quarantine};
 			my $q_end = $t_end + $f->{quarantine};
 			if ($seen->($t_end, $q_end))
 			{
-				push @states, $box->($t_end, $q_end, "node$n", 0.28, $state{quarantine});
+				push @states, $box->($t_end, $q_end, "node$n", 0.22, $state{quarantine});
 				$used{quarantine} = 1;
 			}
 		}
 		push @lines, $t if $t >= $from && $t <= $to;
+	}
+	elsif ($f->{kind} eq 'net')
+	{
+		for my $c (@{ $f->{cuts} })
+		{
+			my ($s, $n, $a, $b, $how) = @$c;
+			($a, $b) = ($a - $t0, (defined $b ? $b : $f->{t_end} // $f->{t}) - $t0);
+			next unless $seen->($a, $b);
+			my $bar = $box->($a, $b, "node$n", 0.07, $net_colour{$s});
+			$bar->[1] += $net_side{$s};
+			push @{ $how eq 'mute' ? \@mutes : \@cuts }, $bar;
+			$used{ $how eq 'mute' ? "mute_$s" : "cut_$s" } = 1;
+		}
+	}
+	elsif ($f->{kind} eq 'crash')
+	{
+		next unless $seen->($t, $t_end);
+		my $bar = $box->($t, $t_end, $f->{server}, 0.2, $state{crash});
+		$bar->[2] = 0.05 if $bar->[2] < 0.05;    # a short one still shows
+		push @states, $bar;
+		push @marks, [ $t, $y{ $f->{server} }, 'crash' ] if $t >= $from;
+		push @lines, $t if $t >= $from && $t <= $to;
+		$used{crash} = 1;
 	}
 	elsif ($f->{kind} eq 'clock')
 	{
@@ -188,6 +220,8 @@ for my $f (@faults)
 }
 $put->('leases.dat', @leases);
 $put->('states.dat', @states);
+$put->('cuts.dat', @cuts);
+$put->('mutes.dat', @mutes);
 open my $mk, '>', "$work/marks.dat" or die $!;
 print $mk "$_->[0]\t$_->[1]\t\"$_->[2]\"\n" for @marks;
 print $mk $from - 1000, "\t0\t\"-\"\n" unless @marks;
@@ -211,9 +245,16 @@ for my $p ([ $run->{control_end}, 'control phase: quarantine off ', 'right' ],
 my @keys = (map { sprintf("NaN with boxes fs solid lc rgb '#%06x' title '%s'", $colour{$_}, $_) }
 	  sort keys %sessions);
 my %state_title = (pause => 'node stopped (SIGSTOP)', kill9 => 'node killed (kill -9)',
-	wipe => 'node wiped', quarantine => 'restart quarantine');
+	wipe => 'node wiped', quarantine => 'restart quarantine',
+	crash => 'server crash-restart (a backend SIGKILLed)');
 push @keys, map { sprintf("NaN with boxes fs solid lc rgb '#%06x' title '%s'", $state{$_}, $state_title{$_}) }
-  grep { $used{$_} } qw(pause kill9 wipe quarantine);
+  grep { $used{$_} } qw(pause kill9 wipe quarantine crash);
+push @keys, map {
+	my ($how, $s) = split /_/;
+	sprintf("NaN with boxes fs %s lc rgb '#%06x' title '%s'", $how eq 'cut' ? 'solid' : 'pattern 4',
+		$net_colour{$s}, $how eq 'cut' ? "cut from $s (" . ($s eq 'east' ? 'above' : 'below') . ' the lane)'
+		: "replies to $s dropped");
+} grep { $used{$_} } qw(cut_east cut_west mute_east mute_west);
 my $overlap_style = sub {
 	my ($kind) = @_;
 	return sprintf("fs transparent solid 0.4 border lc rgb '#%06x' lw 2 lc rgb '#%06x'",
@@ -231,7 +272,7 @@ my $title = sprintf('feature soak, seed %s: %.0f to %.0f s of %.0f; in the whole
 	scalar @{ $rep->{overlaps_clock} }, scalar @{ $rep->{overlaps_wipe} });
 open my $gp, '>', "$work/plot.gp" or die $!;
 print $gp <<"GP";
-set terminal pngcairo size 1600,720 font 'Sans,10'
+set terminal pngcairo size 1600,780 font 'Sans,10'
 set output '$out'
 set title '$title'
 set xrange [$from:$to]
@@ -240,12 +281,14 @@ set ytics ($ytics) nomirror
 set xtics 1 nomirror
 set mxtics 2
 set grid xtics lc rgb '#eeeeee'
-set xlabel 'seconds from the start of the soak (the host clock); server faults: wk = wake-up worker SIGTERMed, ka = keep-alive worker SIGTERMed, rl = reload, rl* = reload with a changed setting, term = holder terminated'
+set xlabel "seconds from the start of the soak (the host clock)\\nserver faults: wk = wake-up worker SIGTERMed, ka = keep-alive worker SIGTERMed, rl = reload, rl* = reload with a changed setting, term = holder terminated, crash = a backend SIGKILLed"
 set key outside bottom center horizontal maxrows 2 reverse Left width 1
 set border 3
 @{[ join("\n", @arrows) ]}
 plot '$work/leases.dat' using 1:2:3:4:5 with boxxyerror fs solid 1.0 border lc rgb 'white' lc rgb variable notitle, \\
      '$work/states.dat' using 1:2:3:4:5 with boxxyerror fs solid 1.0 noborder lc rgb variable notitle, \\
+     '$work/cuts.dat' using 1:2:3:4:5 with boxxyerror fs solid 1.0 noborder lc rgb variable notitle, \\
+     '$work/mutes.dat' using 1:2:3:4:5 with boxxyerror fs pattern 4 noborder lc rgb variable notitle, \\
      @{[ join(", \\\n     ", @overlap_plots) ]}, \\
      '$work/marks.dat' using 1:2:3 with labels point pt 9 ps 1.2 lc rgb '#000000' offset 0,0.8 font ',9' notitle, \\
      @{[ join(", \\\n     ", @keys) ]}

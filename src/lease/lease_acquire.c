@@ -29,17 +29,6 @@
 #include "shared/lock_table.h"
 #include "shared/stats.h"
 
-/* One more hold on a lease the session holds. */
-static void
-add_hold(RlLease *lease, bool xact)
-{
-	if (xact && lease->xact_holds++ == 0)
-		lease->xact_subid = GetCurrentSubTransactionId();
-	else if (!xact)
-		lease->session_holds++;
-	rl_registry_holds_changed(lease);
-}
-
 /* One Redlock round: counted in redlock_stats as an attempt. */
 static RlAttempt
 attempt(const char *resource, const char *key, int keylen, int ttl_ms,
@@ -114,8 +103,9 @@ rl_lease_acquire(const char *resource, int ttl_ms, bool xact, bool try_only,
 	}
 	if (lease != NULL && rl_registry_valid_until(lease) > rl_now_us())
 	{
+		rl_registry_add_hold(lease, xact);
 		lease->keep_alive |= keep_alive;
-		add_hold(lease, xact);
+		rl_registry_holds_changed(lease);
 		return lease->token;
 	}
 
@@ -228,10 +218,7 @@ rl_lease_acquire(const char *resource, int ttl_ms, bool xact, bool try_only,
 	lease->ttl_ms = ttl_ms;
 	lease->valid_until_us = grant.valid_until_us;
 	lease->keep_alive |= keep_alive;
-	if (xact && lease->xact_holds++ == 0)
-		lease->xact_subid = GetCurrentSubTransactionId();
-	else if (!xact)
-		lease->session_holds++;
+	rl_registry_add_hold(lease, xact);
 	rl_registry_end_acquire(lease);
 	return lease->token;
 }

@@ -62,29 +62,6 @@ rl_lease_release_one(RlLease *lease, bool nothrow, RlRequest *req)
 	return release_confirmed(req);
 }
 
-/* Drop the holds scope covers; true when the lease has none left. */
-static bool
-drop_holds(RlLease *lease, RlDropScope scope, SubTransactionId subid)
-{
-	switch (scope)
-	{
-		case RL_DROP_XACT:
-			lease->xact_holds = 0;
-			break;
-		case RL_DROP_SESSION:
-			lease->session_holds = 0;
-			break;
-		case RL_DROP_ALL:
-			lease->xact_holds = lease->session_holds = 0;
-			break;
-		case RL_DROP_SUBXACT:
-			if (lease->xact_holds > 0 && lease->xact_subid == subid)
-				lease->xact_holds = 0;
-			break;
-	}
-	return lease->session_holds == 0 && lease->xact_holds == 0;
-}
-
 /*
  * Drop holds in bulk and release the leases left without any.  Entries
  * already releasing (an earlier release was interrupted; the node layer
@@ -113,7 +90,7 @@ rl_lease_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
 	{
 		if (lease->state != RL_LEASE_HELD)
 			continue;
-		if (drop_holds(lease, scope, subid))
+		if (rl_registry_drop_holds(lease, scope, subid))
 		{
 			lease->state = RL_LEASE_RELEASING;
 			lease->release_batch = batch;

@@ -35,12 +35,16 @@ any_protocol_error(const RlRequest *req)
 	return false;
 }
 
-/* A majority could not answer an acquire (or an extend): raise. */
+/*
+ * A majority could not answer an acquire (or an extend): raise, with a
+ * hint that names the cause (net/node_report.c).
+ */
 void
 rl_report_unavailable(const char *resource, const RlRequest *req,
 					  bool extending)
 {
 	StringInfoData nodes;
+	char		hint[1024];
 
 	initStringInfo(&nodes);
 	rl_describe_nodes(&nodes, req);
@@ -59,6 +63,7 @@ rl_report_unavailable(const char *resource, const RlRequest *req,
 				 errhint("%s", rl_nodes_error_hint(req, "Check the nodes' logs, redlock.username and redlock.password."))));
 	}
 	rl_stats_count(RL_STAT_REFUSED_NO_QUORUM);
+	rl_nodes_unavailable_hint(req, hint, sizeof(hint));
 	ereport(ERROR,
 			(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
 			 extending ?
@@ -71,5 +76,5 @@ rl_report_unavailable(const char *resource, const RlRequest *req,
 							  req->tally.failed,
 							  req->tally.failed, req->nnodes,
 							  rl_majority(req->nnodes), nodes.data),
-			 errhint("%s", rl_nodes_error_hint(req, "Check that the nodes in redlock.nodes are running and reachable."))));
+			 errhint("%s", hint)));
 }

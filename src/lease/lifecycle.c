@@ -75,6 +75,36 @@ rl_lifecycle_arm_exit(void)
 	}
 }
 
+/*
+ * COMMIT of a transaction whose transaction lease ran out (or was lost)
+ * before it: a WARNING for each, naming the resource and the token, since
+ * another holder may have been granted the resource meanwhile.  What the
+ * transaction wrote through the fence was checked there; nothing else told
+ * the session.  Never an ERROR: the commit is recorded already.
+ */
+static void
+warn_expired_at_commit(void)
+{
+	HASH_SEQ_STATUS status;
+	RlLease    *lease;
+	int64_t		now = rl_now_us();
+
+	for (lease = rl_registry_next(&status, true); lease != NULL;
+		 lease = rl_registry_next(&status, false))
+	{
+		if (lease->state != RL_LEASE_HELD || lease->xact_holds == 0 ||
+			rl_registry_valid_until(lease) > now)
+			continue;
+		ereport(WARNING,
+				(errcode(ERRCODE_REDLOCK_LEASE_LOST),
+				 errmsg("transaction lease on \"%s\" had expired before COMMIT",
+						lease->resource),
+				 errdetail("Its fencing token %lld may have been superseded while the transaction ran: another session may have been granted the lease.",
+						   (long long) lease->token),
+				 errhint("Use a TTL longer than the transaction takes, or extend the lease with redlock_extend() while it runs.")));
+	}
+}
+
 static void
 rl_xact_callback(XactEvent event, void *arg)
 {
@@ -89,6 +119,7 @@ rl_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PREPARE:
+			warn_expired_at_commit();
 			(void) rl_lease_release(RL_DROP_XACT, InvalidSubTransactionId, true);
 			break;
 		case XACT_EVENT_ABORT:

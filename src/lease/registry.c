@@ -7,7 +7,10 @@
  * Leases are re-entrant per session, like advisory locks: taking a lease the
  * session already holds (at either scope) returns the same token and adds a
  * hold; the lease is released on the nodes when the last hold goes
- * (lease_release.c).  See registry.h for the states of a lease.  Like
+ * (lease_release.c).  Transaction holds are counted per subtransaction, as
+ * PostgreSQL counts a local lock's holds per resource owner: a
+ * subtransaction that rolls back takes its holds with it, one that commits
+ * leaves them to its parent.  See registry.h for the states of a lease.  Like
  * PostgreSQL's local lock table in front of the shared one, the registry
  * does no network I/O: it only keeps the entries and their lock table rows
  * in step.
@@ -16,6 +19,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
@@ -80,6 +84,8 @@ void
 rl_registry_forget(RlLease *lease)
 {
 	rl_lock_table_remove(lease->shm_slot);
+	if (lease->subholds != NULL)
+		pfree(lease->subholds);
 	hash_search(rl_leases, lease->resource, HASH_REMOVE, NULL);
 }
 
@@ -140,6 +146,69 @@ rl_registry_abort_acquire(void)
 		rl_lock_table_remove(rl_acquiring_slot);
 		rl_acquiring_slot = -1;
 	}
+}
+
+/*
+ * One more hold on a lease: a session hold, or a transaction hold of the
+ * current subtransaction.  Raises only before anything changed (out of
+ * memory).
+ */
+void
+rl_registry_add_hold(RlLease *lease, bool xact)
+{
+	SubTransactionId subid = GetCurrentSubTransactionId();
+	RlSubHolds *last;
+
+	if (!xact)
+	{
+		lease->session_holds++;
+		return;
+	}
+	last = lease->nsubholds > 0 ? &lease->subholds[lease->nsubholds - 1] : NULL;
+	if (last == NULL || last->subid != subid)
+	{
+		/* subtransactions nest: a newer one has a greater id */
+		Assert(last == NULL || last->subid < subid);
+		if (lease->nsubholds == lease->maxsubholds)
+		{
+			int			n = Max(lease->maxsubholds * 2, 4);
+
+			lease->subholds = lease->subholds == NULL ?
+				MemoryContextAlloc(TopMemoryContext, n * sizeof(RlSubHolds)) :
+				repalloc(lease->subholds, n * sizeof(RlSubHolds));
+			lease->maxsubholds = n;
+		}
+		last = &lease->subholds[lease->nsubholds++];
+		last->subid = subid;
+		last->holds = 0;
+	}
+	last->holds++;
+	lease->xact_holds++;
+}
+
+/*
+ * Drop the holds scope covers (subid: the subtransaction that rolls back,
+ * for RL_DROP_SUBXACT, with the holds its committed children left it).
+ * True when the lease has none left.  Raises nothing.
+ */
+bool
+rl_registry_drop_holds(RlLease *lease, RlDropScope scope,
+					   SubTransactionId subid)
+{
+	if (scope == RL_DROP_SESSION || scope == RL_DROP_ALL)
+		lease->session_holds = 0;
+	if (scope == RL_DROP_XACT || scope == RL_DROP_ALL)
+	{
+		lease->xact_holds = 0;
+		lease->nsubholds = 0;
+	}
+	if (scope == RL_DROP_SUBXACT)
+	{
+		while (lease->nsubholds > 0 &&
+			   lease->subholds[lease->nsubholds - 1].subid >= subid)
+			lease->xact_holds -= lease->subholds[--lease->nsubholds].holds;
+	}
+	return lease->session_holds == 0 && lease->xact_holds == 0;
 }
 
 /* Holds or keep-alive changed: show it in the lock table. */
@@ -236,9 +305,9 @@ rl_registry_has_xact_holds(void)
 }
 
 /*
- * A transaction lease first taken in a subtransaction moves to the parent
- * when the subtransaction commits.  (When it rolls back, the hold goes with
- * it, as advisory transaction locks do: RL_DROP_SUBXACT.)
+ * The transaction holds taken in a subtransaction move to its parent when
+ * it commits.  (When it rolls back, they go with it, as advisory
+ * transaction locks do: RL_DROP_SUBXACT.)  Raises nothing.
  */
 void
 rl_registry_subxact_commit(SubTransactionId mySubid,
@@ -250,8 +319,19 @@ rl_registry_subxact_commit(SubTransactionId mySubid,
 	for (lease = rl_registry_next(&status, true); lease != NULL;
 		 lease = rl_registry_next(&status, false))
 	{
-		if (lease->xact_holds > 0 && lease->xact_subid == mySubid)
-			lease->xact_subid = parentSubid;
+		RlSubHolds *last;
+
+		if (lease->nsubholds == 0 ||
+			lease->subholds[lease->nsubholds - 1].subid != mySubid)
+			continue;
+		last = &lease->subholds[lease->nsubholds - 1];
+		if (lease->nsubholds > 1 && last[-1].subid == parentSubid)
+		{
+			last[-1].holds += last->holds;
+			lease->nsubholds--;
+		}
+		else
+			last->subid = parentSubid;
 	}
 }
 

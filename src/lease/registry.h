@@ -31,6 +31,13 @@ typedef enum RlLeaseState
 	RL_LEASE_RELEASING
 } RlLeaseState;
 
+/* The transaction holds a lease got in one (sub)transaction. */
+typedef struct RlSubHolds
+{
+	SubTransactionId subid;
+	int			holds;
+} RlSubHolds;
+
 typedef struct RlLease
 {
 	char		resource[RL_MAX_RESOURCE_LEN + 1];	/* hash key */
@@ -42,9 +49,11 @@ typedef struct RlLease
 	int			ttl_ms;
 	int64_t		valid_until_us; /* monotonic clock */
 	int			session_holds;
-	int			xact_holds;
-	SubTransactionId xact_subid;	/* subtransaction that took the first
-									 * transaction hold */
+	int			xact_holds;		/* all of them: the sum over subholds */
+	RlSubHolds *subholds;		/* by the subtransaction that took them,
+								 * oldest first (TopMemoryContext) */
+	int			nsubholds;
+	int			maxsubholds;
 	uint64		release_batch;	/* which bulk release handles it */
 	int			shm_slot;		/* its row in the lock table, or -1 */
 	bool		keep_alive;		/* the worker extends it (lock table) */
@@ -56,7 +65,7 @@ typedef enum RlDropScope
 	RL_DROP_XACT,				/* transaction end */
 	RL_DROP_SESSION,			/* redlock_unlock_all() */
 	RL_DROP_ALL,				/* exit, DISCARD ALL, node list change */
-	RL_DROP_SUBXACT				/* holds first taken in one subtransaction */
+	RL_DROP_SUBXACT				/* holds taken in one subtransaction */
 } RlDropScope;
 
 extern RlLease *rl_registry_find(const char *resource);
@@ -67,6 +76,9 @@ extern int	rl_registry_begin_acquire(const char *resource, const char *key);
 extern void rl_registry_end_acquire(RlLease *lease);
 extern int	rl_registry_acquiring_slot(void);
 extern void rl_registry_abort_acquire(void);
+extern void rl_registry_add_hold(RlLease *lease, bool xact);
+extern bool rl_registry_drop_holds(RlLease *lease, RlDropScope scope,
+								   SubTransactionId subid);
 extern void rl_registry_holds_changed(RlLease *lease);
 extern int64_t rl_registry_valid_until(const RlLease *lease);
 extern void rl_registry_expired(RlLease *lease);

@@ -207,6 +207,7 @@ node_connect(RlNode *node, RlRequest *req)
 	node->connect_deadline_us = now + (int64_t) rl_connect_timeout_ms * 1000;
 	node->naddrs = node->next_addr = 0;
 	node->addr_error[0] = '\0';
+	node->tls_broken = false;
 	rl_wes_stale = true;
 
 	/*
@@ -484,8 +485,9 @@ node_lost(RlNode *node, RlRequest *req, const char *what)
 		}
 		return;
 	}
-	node_fail_hint(node, req, RL_OUTCOME_REFUSED, report_closed_hint(node),
-				   "%s", what);
+	node_fail_hint(node, req,
+				   node->tls_broken ? RL_OUTCOME_TLS : RL_OUTCOME_REFUSED,
+				   report_closed_hint(node), "%s", what);
 }
 
 /*
@@ -501,14 +503,24 @@ node_read(RlNode *node, RlRequest *req)
 		node_lost(node, req, lost);
 }
 
-/* Write what is queued for the node; a connection that broke is lost. */
+/*
+ * Write what is queued for the node; a connection that broke is lost.  A
+ * node that closed it may have said why first (a refusal at connect: its
+ * maxclients, protected mode): what it sent is read before the write's
+ * error is taken for the cause.
+ */
 void
 node_write(RlNode *node, RlRequest *req)
 {
 	char		lost[200];
+	char		unread[200];
 
-	if (!pipeline_write(node, lost, sizeof(lost)))
-		node_lost(node, req, lost);
+	if (pipeline_write(node, lost, sizeof(lost)))
+		return;
+	if (pipeline_read(node, req, unread, sizeof(unread)) &&
+		node->state != RL_CONN_READY)
+		return;					/* the node's own words failed it */
+	node_lost(node, req, lost);
 }
 
 /* Move on the nodes whose lookup ended: connect them. */

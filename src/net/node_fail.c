@@ -68,6 +68,7 @@ node_vfail(RlNode *node, RlRequest *req, RlNodeOutcome kind, const char *hint,
 
 	report_vclip(node->last_error, sizeof(node->last_error), fmt, args);
 	node->last_hint = hint ? hint : report_text_hint(node->last_error);
+	node->last_outcome = kind;
 	node->failed_at_us = rl_now_us();
 
 	for (RlRequest *r = req; r != NULL; r = r->batch_next)

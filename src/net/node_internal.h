@@ -69,6 +69,9 @@ typedef struct RlNode
 	struct ssl_st *ssl;			/* TLS session, or NULL */
 	int			tls_events;		/* RL_EV_*: what the TLS layer waits for */
 	int			tls_write_len;	/* length of an SSL_write to be retried */
+	bool		tls_broken;		/* TLS itself failed on this connection
+								 * (an alert such as "certificate
+								 * required"), not the transport */
 
 	/* the addresses being tried, in order */
 	struct sockaddr_storage addrs[RL_MAX_ADDRS];
@@ -87,6 +90,9 @@ typedef struct RlNode
 	int			backoff_ms;
 	char		last_error[RL_DETAIL_LEN];
 	const char *last_hint;		/* likely cause of last_error, or NULL */
+	RlNodeOutcome last_outcome; /* what kind of failure last_error is */
+	int64_t		last_rtt_us;	/* how long its last answer to a request
+								 * took, 0 before the first */
 	bool		reported_down;	/* we logged that it stopped answering */
 	bool		push_refused;	/* we logged a refused subscription */
 
@@ -185,6 +191,7 @@ extern void report_clip(char *dst, size_t len, const char *fmt,...) pg_attribute
 extern void report_vclip(char *dst, size_t len, const char *fmt, va_list args) pg_attribute_printf(3, 0);
 extern const char *report_closed_hint(const RlNode *node);
 extern const char *report_text_hint(const char *text);
+extern const char *report_refusal_hint(const char *text, size_t len);
 extern bool report_server_wide(void);
 extern void report_failure(const RlNode *node, RlNodeOutcome kind,
 						   int64_t began_us);

@@ -186,6 +186,7 @@ take_reply(RlRequest *req, int idx, redisReply *reply)
 	RlNodeResult *res = &req->results[idx];
 
 	res->elapsed_us = rl_now_us() - rl_nodes[idx].asked_at_us;
+	rl_nodes[idx].last_rtt_us = Max(res->elapsed_us, 1);
 
 	if (reply->type == REDIS_REPLY_ERROR &&
 		server_quarantine_refusal(&rl_nodes[idx], res, reply->str, reply->len))
@@ -326,6 +327,41 @@ mark_protocol_error(RlRequest *req, int idx)
 }
 
 /*
+ * The first reply of a connection (to AUTH, or to INFO when no AUTH is
+ * sent) may refuse the whole connection: a node at its maxclients or in
+ * protected mode says why and closes it, and one that wants a password
+ * refuses everything until AUTH (NOAUTH; what comes after may only be
+ * "Protocol error: unauthenticated multibulk length").  Then the node
+ * fails here, in its own words: true.  Other errors (INFO refused by an
+ * ACL, AUTH refused) are the caller's.
+ */
+static bool
+first_reply_refuses(RlNode *node, RlRequest *req, const redisReply *reply)
+{
+	const char *hint;
+	int			len;
+
+	if (reply->type != REDIS_REPLY_ERROR)
+		return false;
+	len = (int) Min(reply->len, RL_DETAIL_LEN);
+	hint = report_refusal_hint(reply->str, reply->len);
+	if (hint != NULL)
+	{
+		node_fail_hint(node, req, RL_OUTCOME_REFUSED, hint,
+					   "refused the connection: %.*s", len, reply->str);
+		return true;
+	}
+	if (reply->len >= 6 && strncmp(reply->str, "NOAUTH", 6) == 0)
+	{
+		node_fail(node, req, RL_OUTCOME_REDIS_ERROR, "Redis error: %.*s",
+				  len, reply->str);
+		mark_protocol_error(req, node - rl_nodes);
+		return true;
+	}
+	return false;
+}
+
+/*
  * Read what the node sent and hand each reply to its owner.  Returns false
  * when the connection broke, with what happened in lost (the caller decides
  * whether to reconnect: node_lost); other failures fail the node here.
@@ -418,6 +454,12 @@ pipeline_read(RlNode *node, RlRequest *req, char *lost, size_t lostlen)
 			resend_by_text(node, req, tag, kept, kept_len))
 		{
 			/* sent again by its text, or kept so: its answer is to come */
+		}
+		else if ((tag == RL_TAG_AUTH || tag == RL_TAG_INFO) &&
+				 first_reply_refuses(node, req, reply))
+		{
+			freeReplyObject(reply);
+			return true;		/* it failed the node */
 		}
 		else if (tag == RL_TAG_AUTH)
 		{

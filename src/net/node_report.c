@@ -75,12 +75,15 @@ report_closed_hint(const RlNode *node)
 	return NULL;
 }
 
-/* What a Redis error code means for redlock, by its first word. */
-static const struct
+/* What a text a node sent means for redlock: the words it begins with. */
+typedef struct WordsHint
 {
-	const char *code;
+	const char *words;
 	const char *hint;
-}			redis_error_hints[] =
+} WordsHint;
+
+/* What a Redis error code means for redlock, by its first word. */
+static const WordsHint redis_error_hints[] =
 {
 	{"NOAUTH", "A node requires authentication: set redlock.password (and redlock.username for an ACL user)."},
 	{"WRONGPASS", "A node refused redlock.username and redlock.password: check them against the node's ACL users (ACL LIST) or its requirepass."},
@@ -99,6 +102,30 @@ static const struct
 	{"MASTERDOWN", "A node is a replica that lost its master: redlock.nodes must name independent masters."},
 };
 
+/*
+ * What a node that refuses a connection as soon as it is made says (the
+ * first reply, before it closes the connection), and the hint for it; NULL
+ * if text is no such refusal.
+ */
+const char *
+report_refusal_hint(const char *text, size_t len)
+{
+	static const WordsHint refusals[] =
+	{
+		{"ERR max number of clients reached", "A node refused the connection because it has as many clients as its maxclients setting allows: raise maxclients on the node (CONFIG SET maxclients, and in its configuration file), or have fewer clients connect to it (redlock.shared_connections lets this server's sessions share one connection per node)."},
+		{"DENIED", "A node in protected mode refused a connection from another host: give the node a password (requirepass, and redlock.password here) or bind it to the addresses it should serve with protected-mode no, as its message says."},
+	};
+
+	for (int i = 0; i < lengthof(refusals); i++)
+	{
+		size_t		wlen = strlen(refusals[i].words);
+
+		if (len >= wlen && strncmp(text, refusals[i].words, wlen) == 0)
+			return refusals[i].hint;
+	}
+	return NULL;
+}
+
 /* The hint for a node's failure described by text, or NULL. */
 const char *
 report_text_hint(const char *text)
@@ -114,9 +141,9 @@ report_text_hint(const char *text)
 		text += plen;
 		for (int i = 0; i < lengthof(redis_error_hints); i++)
 		{
-			size_t		clen = strlen(redis_error_hints[i].code);
+			size_t		clen = strlen(redis_error_hints[i].words);
 
-			if (strncmp(text, redis_error_hints[i].code, clen) == 0 &&
+			if (strncmp(text, redis_error_hints[i].words, clen) == 0 &&
 				(text[clen] == ' ' || text[clen] == '\0'))
 				return redis_error_hints[i].hint;
 		}
@@ -154,6 +181,120 @@ rl_nodes_error_hint(const RlRequest *req, const char *fallback)
 			return hint;
 	}
 	return fallback;
+}
+
+/* What a node's failure of a given kind likely means, without a hint. */
+static const char *
+kind_hint(RlNodeOutcome kind)
+{
+	switch (kind)
+	{
+		case RL_OUTCOME_TLS:
+			return "A node's TLS connection failed: check redlock.tls_mode and redlock.tls_ca_file (the CA that signed the nodes' certificates), and redlock.tls_cert_file and redlock.tls_key_file for nodes that ask for a client certificate (tls-auth-clients).";
+		case RL_OUTCOME_RESOLVE:
+			return "A node's host name did not resolve: check the names in redlock.nodes, and redlock.dns_servers if it is set (otherwise the servers in /etc/resolv.conf are asked).";
+		default:
+			return "Check that the nodes in redlock.nodes are running and reachable: a node that refuses or closes the connection is down, restarting, or listens on another address or port.";
+	}
+}
+
+/*
+ * Nodes late for the round: node_timeout, and how long the last answer of
+ * one of them took, which tells a stalled node from a slow network.
+ */
+static void
+late_hint(const RlRequest *req, int nlate, char *buf, size_t len)
+{
+	int			known = -1;
+	char		late[96];
+	char		latency[RL_MAX_HOST_LEN + 80] = "";
+	const char *advice;
+
+	for (int i = 0; i < req->nnodes && known < 0; i++)
+		if (req->results[i].vote == RL_VOTE_FAILED &&
+			req->results[i].outcome == RL_OUTCOME_LATE &&
+			req->results[i].latency_us > 0)
+			known = i;
+	if (nlate == 1)
+		snprintf(late, sizeof(late), "A node did not answer within redlock.node_timeout (%d ms)",
+				 rl_node_timeout_ms);
+	else
+		snprintf(late, sizeof(late), "%d nodes did not answer within redlock.node_timeout (%d ms)",
+				 nlate, rl_node_timeout_ms);
+	if (known >= 0)
+	{
+		int64_t		us = req->results[known].latency_us;
+
+		snprintf(latency, sizeof(latency), "; the last answer of %s took %.1f ms",
+				 rl_nodes[known].name, (double) us / 1000.0);
+		advice = us * 2 < (int64_t) rl_node_timeout_ms * 1000 ?
+			"A node that answers that fast is stalled or overloaded (a slow command, a fork, a paused process), not slow to reach: check the node, and raise redlock.node_timeout only if the nodes' latency (redlock_nodes.rtt_ms) comes near it." :
+			"The node or the network is slow for this timeout: raise redlock.node_timeout, or check the node's load and latency (redlock_nodes.rtt_ms).";
+	}
+	else
+		advice = "Check the nodes' load and latency (redlock_nodes.rtt_ms), and raise redlock.node_timeout if the network needs more time.";
+	report_clip(buf, len, "%s%s.  %s", late, latency, advice);
+}
+
+/*
+ * The errhint for a round that fewer than a majority could answer: what
+ * its failures point at, one sentence per cause, in the order of the nodes
+ * (the first three causes): the hint a failure came with (a Redis error, a
+ * refusal at connect, a TLS mismatch, a quarantine, the dispatcher), or
+ * one by how the node failed (late: node_timeout and its latency; no
+ * connection in time: connect_timeout; TLS: the TLS settings; a name that
+ * did not resolve; else: is it running and reachable).
+ */
+void
+rl_nodes_unavailable_hint(const RlRequest *req, char *buf, size_t len)
+{
+	static const char cause_late[] = "late";
+	static const char cause_timeout[] = "timeout";
+	const char *seen[RL_MAX_NODES];
+	int			nseen = 0;
+	int			nlate = 0;
+	size_t		used = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i < req->nnodes; i++)
+		nlate += req->results[i].vote == RL_VOTE_FAILED &&
+			req->results[i].outcome == RL_OUTCOME_LATE;
+
+	for (int i = 0; i < req->nnodes && nseen < 3; i++)
+	{
+		const RlNodeResult *res = &req->results[i];
+		const char *cause = NULL;
+		char		text[RL_DETAIL_LEN * 2];
+		bool		known = false;
+
+		if (res->vote != RL_VOTE_FAILED)
+			continue;
+		cause = result_hint(res);
+		if (cause == NULL)
+			cause = res->outcome == RL_OUTCOME_LATE ? cause_late :
+				res->outcome == RL_OUTCOME_TIMEOUT ? cause_timeout :
+				kind_hint(res->outcome);
+		for (int k = 0; k < nseen; k++)
+			known |= seen[k] == cause;
+		if (known)
+			continue;
+		seen[nseen++] = cause;
+
+		if (cause == cause_late)
+			late_hint(req, nlate, text, sizeof(text));
+		else if (cause == cause_timeout)
+			report_clip(text, sizeof(text),
+						"A node could not be connected to within redlock.connect_timeout (%d ms), or stopped answering: check that it runs and that the network lets its traffic through (a host that is down, or a firewall that drops packets, gives no answer at all); raise redlock.connect_timeout only for a slow network.",
+						rl_connect_timeout_ms);
+		else
+			strlcpy(text, cause, sizeof(text));
+		if (used + strlen(text) + 2 >= len)
+			break;
+		used += snprintf(buf + used, len - used, "%s%s",
+						 used > 0 ? "  " : "", text);
+	}
+	if (used == 0)
+		strlcpy(buf, kind_hint(RL_OUTCOME_REFUSED), len);
 }
 
 /*

@@ -118,6 +118,7 @@ round_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff,
 
 		res->vote = RL_VOTE_FAILED;
 		res->in_backoff = true;
+		res->outcome = node->last_outcome;	/* not asked: not told of */
 		res->hint = node->last_hint;
 		report_clip(why, sizeof(why), "%s", node->last_error);
 		snprintf(res->detail, sizeof(res->detail),
@@ -256,6 +257,7 @@ round_node_overdue(RlNode *node, RlRequest *req, int64_t now,
 	}
 	res->vote = RL_VOTE_FAILED;
 	res->outcome = RL_OUTCOME_LATE;
+	res->latency_us = node->last_rtt_us;
 	if (round_deadline)
 		snprintf(res->detail, sizeof(res->detail),
 				 "no answer within the %d ms this release could wait",

@@ -286,6 +286,7 @@ describe_failure(RlNode *node, int rc, int sslerr, int saved_errno,
 			}
 			queue_text(why, sizeof(why));
 			snprintf(err, errlen, "%s: %s", what, why);
+			node->tls_broken = true;
 			return;
 		case SSL_ERROR_ZERO_RETURN:
 			snprintf(err, errlen, "%s: the server closed the connection", what);

@@ -80,6 +80,8 @@ typedef struct RlNodeResult
 	char	   *reply_text;		/* RL_REPLY_STATUS: bulk reply, palloc'd */
 	RlItemFlags flags;			/* RL_REPLY_FLAGS: each item's yes */
 	int64_t		elapsed_us;		/* time to answer */
+	int64_t		latency_us;		/* a node late (RL_OUTCOME_LATE): how long
+								 * its last answer took, 0 if none came */
 	char		detail[RL_DETAIL_LEN];	/* what happened, for errdetail */
 	const char *hint;			/* what is likely wrong (a full sentence,
 								 * static), or NULL */
@@ -169,6 +171,8 @@ extern void rl_nodes_disconnect_all(void);
 extern int	rl_nodes_open_connections(void);
 extern const char *rl_nodes_error_hint(const RlRequest *req,
 									   const char *fallback);
+extern void rl_nodes_unavailable_hint(const RlRequest *req, char *buf,
+									  size_t len);
 
 /*
  * Rounds of many requests at once (the dispatcher worker, which serves the

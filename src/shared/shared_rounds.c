@@ -155,9 +155,11 @@ rl_shared_shmem_init(void)
 /* ---------------------------------------------------------------- both */
 
 /*
- * The round failed on every node it was to ask, with detail.  sent: it may
- * have reached them (the dispatcher took it); otherwise nothing of it did,
- * and each node reads as not asked (asked_us 0), so that nothing is
+ * The round failed on every node it was to ask, with detail: the
+ * dispatcher's failure, not the nodes', and the hint says so.  (Its
+ * pointer is valid in every process: the library is preloaded.)  sent: it
+ * may have reached them (the dispatcher took it); otherwise nothing of it
+ * did, and each node reads as not asked (asked_us 0), so that nothing is
  * withdrawn where nothing was set.
  */
 void
@@ -165,7 +167,6 @@ rl_shared_fail_request(RlRequest *req, int nnodes, bool sent,
 					   const char *detail)
 {
 	int64_t		now = rl_now_us();
-
 	RlVote		votes[RL_MAX_NODES];
 
 	req->nnodes = Min(Max(nnodes, 0), RL_MAX_NODES);
@@ -179,6 +180,8 @@ rl_shared_fail_request(RlRequest *req, int nnodes, bool sent,
 		res->outcome = req->skip[i] ? RL_OUTCOME_NONE : RL_OUTCOME_OTHER;
 		strlcpy(res->detail, req->skip[i] ? "not asked" : detail,
 				sizeof(res->detail));
+		if (!req->skip[i])
+			res->hint = "The dispatcher worker, which runs this server's rounds on shared connections, is stalled or gone: it failed the round, not the nodes; see redlock_dispatcher and the server log (redlock.shared_connections = off keeps each session on its own connections).";
 		votes[i] = res->vote;
 	}
 	req->tally = rl_tally(votes, req->nnodes);

@@ -12,7 +12,8 @@
 typedef enum RlStatCounter
 {
 	RL_STAT_ACQUIRES,			/* acquire calls that went to Redis */
-	RL_STAT_ATTEMPTS,			/* Redlock rounds, retries included */
+	RL_STAT_ATTEMPTS,			/* acquire rounds a lock call ran itself,
+								 * retries included; a handoff takes none */
 	RL_STAT_GRANTS,
 	RL_STAT_REFUSED_HELD,		/* try-lock: held elsewhere */
 	RL_STAT_REFUSED_NO_QUORUM,	/* fewer than a majority could answer */

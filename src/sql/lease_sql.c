@@ -14,6 +14,7 @@
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/params.h"
 #include "pgstat.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
@@ -142,6 +143,32 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 							keep_alive);
 }
 
+/*
+ * A transaction lease taken by a statement that is a transaction of its
+ * own, sent outside a transaction block, is released when that statement
+ * ends: warned, as PostgreSQL warns for SET LOCAL there
+ * (WarnNoTransactionBlock), and only for a call at the top level of the
+ * client's statement.  A function, procedure or DO block that takes one
+ * uses it in the same transaction; those run with an error context of
+ * their language's on the stack, which a top-level statement has not (but
+ * for the one that names the parameters of an extended-protocol query).
+ */
+static void
+warn_no_transaction_block(const char *function, const char *resource)
+{
+	if (IsTransactionBlock())
+		return;
+	for (ErrorContextCallback *c = error_context_stack; c != NULL; c = c->previous)
+		if (c->callback != ParamsErrorCallback)
+			return;
+	ereport(WARNING,
+			(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
+			 errmsg("%s() can only be used in transaction blocks", function),
+			 errdetail("The transaction lease on \"%s\" is released when this statement ends.",
+					   resource),
+			 errhint("Call it after BEGIN, in the transaction that uses its token, or take a session lease with redlock_lock().")));
+}
+
 /* ---------- SQL functions ---------- */
 
 PG_FUNCTION_INFO_V1(redlock_lock);
@@ -164,9 +191,14 @@ redlock_lock(PG_FUNCTION_ARGS)
 Datum
 redlock_xact_lock(PG_FUNCTION_ARGS)
 {
+	int64		token;
+
 	refuse_in_parallel_mode("redlock_xact_lock");
-	PG_RETURN_INT64(acquire(fcinfo, true, false, wait_ms_arg(fcinfo, 2),
-							keep_alive_arg(fcinfo, 3)));
+	token = acquire(fcinfo, true, false, wait_ms_arg(fcinfo, 2),
+					keep_alive_arg(fcinfo, 3));
+	warn_no_transaction_block("redlock_xact_lock",
+							  text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	PG_RETURN_INT64(token);
 }
 
 Datum
@@ -192,6 +224,8 @@ redlock_try_xact_lock(PG_FUNCTION_ARGS)
 
 	if (token < 0)
 		PG_RETURN_NULL();
+	warn_no_transaction_block("redlock_try_xact_lock",
+							  text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	PG_RETURN_INT64(token);
 }
 

@@ -1,6 +1,7 @@
 # The feature soak's parts (used by test/t/021_feature_soak.pl): a psql
-# session driven statement by statement, the workload one session runs (in
-# a process of its own), and the checker of the history they record.
+# session driven statement by statement and the workload one session runs
+# (in a process of its own); the checker of the history they record is
+# test/perl/FeatureSoakCheck.pm.
 #
 # Every time comes from the host's clock: the servers' clock_timestamp() and
 # statement_timestamp() (all servers run on this host) and Perl's time() for
@@ -8,16 +9,23 @@
 # file:
 #   grant    lease id, resource, token, kind, start (statement_timestamp()
 #            of the lock call), ret (clock_timestamp() once it returned),
-#            server and backend pid
+#            server and backend pid, w (its wait_ms) and d (seconds from
+#            sending the call to its answer)
 #   obs      lease id, t (clock_timestamp() read before validity_ms), v
 #            (validity_ms of redlock_leases, or redlock_extend's result)
 #   release  lease id, t (host time before the unlock, COMMIT or ROLLBACK
 #            was sent)
 #   lost     server, pid, t (host time the statement that found the
-#            connection gone was sent): its open leases end there at the
-#            latest
-#   refused  resource, kind, t (host time the call was sent), sqlstate
+#            connection gone was sent), t_found (when it found it): the
+#            session reconnects and goes on; its open leases end no later
+#            than the validity they were told (a backend killed in a
+#            crash-restart releases nothing: its leases expire)
+#   refused  resource, kind, t (host time the call was sent), sqlstate,
+#            server, w, d (as for grant)
 #   write    lease id, resource, token, ok, sqlstate
+#   stmt     a statement that took over a second: server, what (the
+#            redlock function it calls, else its first word), w (the
+#            wait_ms it was given, 0 for none), d, t (sent)
 # The checker turns them into intervals (see check()).
 package FeatureSoak;
 
@@ -112,8 +120,10 @@ our @KINDS = (
 our $MAX_TTL_MS = 3000;    # no lease of the workload has a longer TTL
 
 # Run lease cycles until $a{deadline}, as session $a{name} of server
-# $a{server}; writes the history to $a{file}.  Runs in a process of its
-# own (forked by the test); returns when done.
+# $a{server} (connection string $a{connstr}); the fenced rows are on
+# server $a{data_server} ($a{data_connstr}, undef when that is this
+# server).  Writes the history to $a{file}.  Runs in a process of its own
+# (forked by the test); returns when done.
 sub run_session
 {
 	my (%a) = @_;
@@ -127,36 +137,54 @@ sub run_session
 	my ($db, $data);
 	my %open;    # lease id => resource, of this connection
 
+	# a connection, tried for up to 30 s (a server's crash-restart takes a
+	# few seconds)
 	my $connect = sub {
-		for my $try (1 .. 50)
+		my ($connstr, $app) = @_;
+		for my $try (1 .. 150)
 		{
-			my $c = eval { FeatureSoak::Psql->new($a{connstr}, "fsoak-$a{name}") };
+			my $c = eval { FeatureSoak::Psql->new($connstr, $app) };
 			return $c if $c;
 			usleep(200_000);
 		}
 		die "session $a{name} could not connect";
 	};
-	$db = $connect->();
+	$db = $connect->($a{connstr}, "fsoak-$a{name}");
 	# the fenced rows live on the first server; sessions of the other one
 	# write there through a connection of their own
 	my $data_conn = sub {
 		return $db unless $a{data_connstr};
-		$data = FeatureSoak::Psql->new($a{data_connstr}, "fsoak-$a{name}-data")
+		$data = $connect->($a{data_connstr}, "fsoak-$a{name}-data")
 		  if !$data || $data->{dead};
 		return $data;
 	};
+	# one statement on connection $c of server $server, allowed $w ms of
+	# waiting: one over a second is recorded
+	my $timed = sub {
+		my ($c, $server, $sql, $w) = @_;
+		my $r = $c->query($sql);
+		$r->{d} = time - $r->{sent};
+		$emit->(ev => 'stmt', server => $server,
+			what => $sql =~ /\b(redlock_\w+)\(/ ? $1 : (split ' ', $sql)[0],
+			w => $w // 0, d => $r->{d}, t => $r->{sent})
+		  if $r->{d} > 1;
+		return $r;
+	};
 
-	# run a statement on the lease connection; when the connection is gone,
-	# record it, end the open leases' intervals there, and reconnect
+	# run a statement on the lease connection; when the connection is gone
+	# (a crash-restart of the server, or the backend terminated), record
+	# it, forget the open leases (they end by their validity at the
+	# latest), and reconnect, as an application does
 	my $q = sub {
-		my ($sql) = @_;
-		my $r = $db->query($sql);
+		my ($sql, $w) = @_;
+		my $r = $timed->($db, $a{server}, $sql, $w);
 		if ($r->{dead})
 		{
-			$emit->(ev => 'lost', server => $a{server}, pid => $db->pid, t => $r->{sent});
+			$emit->(ev => 'lost', server => $a{server}, pid => $db->pid, t => $r->{sent},
+				t_found => time);
 			%open = ();
 			$db->close;
-			$db = $connect->();
+			$db = $connect->($a{connstr}, "fsoak-$a{name}");
 		}
 		return $r;
 	};
@@ -169,21 +197,23 @@ sub run_session
 
 	# a lock call; returns the lease id, or undef when refused
 	my $grant = sub {
-		my ($res, $call, $kind) = @_;
+		my ($res, $call, $kind, $w) = @_;
 		my $pid = $db->pid;
 		my $r = $q->("SELECT tok, extract(epoch FROM statement_timestamp()),"
-			  . " extract(epoch FROM clock_timestamp()) FROM (SELECT $call AS tok OFFSET 0) s");
+			  . " extract(epoch FROM clock_timestamp()) FROM (SELECT $call AS tok OFFSET 0) s", $w);
 		my ($tok, $start, $ret) = split /\|/, $r->{out} // '';
 		if (!$r->{ok} || !defined $tok || $tok eq '')
 		{
 			$emit->(ev => 'refused', res => $res, kind => $kind, t => $r->{sent},
-				sqlstate => $r->{ok} ? 'null' : $sqlstate->($r));
+				sqlstate => $r->{ok} ? 'null' : $sqlstate->($r), server => $a{server},
+				w => $w // 0, d => $r->{d});
 			return undef;
 		}
 		my $id = "$a{name}.$pid." . ++$lease_no;
 		$tok{$id} = $tok;
 		$emit->(ev => 'grant', lease => $id, res => $res, tok => $tok + 0, kind => $kind,
-			start => $start + 0, ret => $ret + 0, server => $a{server}, pid => $pid + 0);
+			start => $start + 0, ret => $ret + 0, server => $a{server}, pid => $pid + 0,
+			w => $w // 0, d => $r->{d});
 		$open{$id} = $res;
 		return $id;
 	};
@@ -219,7 +249,7 @@ sub run_session
 		return 1 unless $open{$id};
 		my ($row) = $res =~ /(\d+)$/;
 		my $c = $data_conn->();
-		my $r = ($c == $db ? $q : sub { $c->query($_[0]) })->(
+		my $r = ($c == $db ? $q : sub { $timed->($c, $a{data_server}, $_[0]) })->(
 			"UPDATE fsoak_rows SET v = v + 1, fence_token = $tok{$id}, writer = '$id' WHERE id = $row");
 		my $st = $r->{ok} ? undef : $sqlstate->($r);
 		$emit->(ev => 'write', lease => $id, res => $res, tok => $tok{$id},
@@ -253,7 +283,7 @@ sub run_session
 			my $args = "'$o{res}', $ttl";
 			$args .= ", wait_ms => $o{wait}" if defined $o{wait};
 			$args .= ', keep_alive => true' if $o{keep};
-			return $grant->($o{res}, "$fn($args)", $o{kind} // $kind);
+			return $grant->($o{res}, "$fn($args)", $o{kind} // $kind, $o{wait});
 		};
 
 		if ($kind eq 'xact')
@@ -369,199 +399,6 @@ sub run_session
 	$db->close;
 	$data->close if $data;
 	close $log;
-}
-
-# ---------- the checker ----------
-
-# Read the sessions' history files: a list of events.
-sub read_history
-{
-	my (@files) = @_;
-	my @ev;
-	for my $f (@files)
-	{
-		open my $fh, '<', $f or die "$f: $!";
-		while (<$fh>)
-		{
-			chomp;
-			next if $_ eq '';
-			push @ev, decode_json($_);
-		}
-	}
-	return \@ev;
-}
-
-# check(events => [...], faults => [...], audit => [...]) returns a report:
-#
-# Each lease is an interval on the host's clock: from the moment its grant
-# returned to the end of what its holder was told (the largest observation
-# time + validity_ms), cut at the moment its holder began to release it, or
-# lost its connection (found by its next statement), or was terminated
-# (faults of kind 'terminate' with server, pid, and t and t_end around the
-# signal).  Leases of different
-# holders (server and backend) on one resource must not overlap.  An
-# overlap whose first lease was asked for before, and whose second was
-# granted after, a clock jump (faults of kind 'clock') is counted apart: a
-# key expired early on that node, Redlock's known limit.  So is one across a
-# wipe of a node's data (kind 'wipe') made while the servers' restart
-# quarantine was off (its field quarantine false): the node forgot the key
-# and counted at once.  Under a quarantine (quarantine: its seconds) a wipe
-# excuses nothing.
-#
-# Tokens: a grant whose call returned before another's began has the
-# smaller token (the order of grants in real time).
-#
-# Audit (one row per accepted update of a fenced row, in the order of the
-# updates: row, old token, new token): every new token is greater than the
-# previous accepted one of the row, and than the row's old token.
-sub check
-{
-	my (%h) = @_;
-	my (%lease, @leases);
-	my %lost;    # "server/pid" => earliest time
-	my %term;
-	for my $f (@{ $h{faults} })
-	{
-		next unless $f->{kind} eq 'terminate';
-		push @{ $term{"$f->{server}/$f->{pid}"} }, $f;
-	}
-	my %rep = (grants => 0, refused => {}, writes_ok => 0, writes_refused => {},
-		kinds => {});
-	for my $e (@{ $h{events} })
-	{
-		my $ev = $e->{ev};
-		if ($ev eq 'grant')
-		{
-			my $l = { %$e, end => $e->{ret}, cut => undef, obs => 0 };
-			$lease{ $e->{lease} } = $l;
-			push @leases, $l;
-			$rep{grants}++;
-			$rep{kinds}{ $e->{kind} }++;
-		}
-		elsif ($ev eq 'obs')
-		{
-			my $l = $lease{ $e->{lease} } or next;
-			push @{ $l->{seen} }, [ $e->{t}, $e->{v} ];
-			# validity_ms 0: expired or lost, which promises nothing
-			next unless $e->{v} > 0;
-			my $end = $e->{t} + $e->{v} / 1000;
-			$l->{end} = $end if $end > $l->{end};
-			$l->{obs}++;
-		}
-		elsif ($ev eq 'release')
-		{
-			my $l = $lease{ $e->{lease} } or next;
-			$l->{cut} = $e->{t} if !defined $l->{cut} || $e->{t} < $l->{cut};
-		}
-		elsif ($ev eq 'lost')
-		{
-			my $k = "$e->{server}/$e->{pid}";
-			$lost{$k} = $e->{t} if !defined $lost{$k} || $e->{t} < $lost{$k};
-		}
-		elsif ($ev eq 'refused')
-		{
-			$rep{refused}{ $e->{sqlstate} }++;
-		}
-		elsif ($ev eq 'write')
-		{
-			if ($e->{ok}) { $rep{writes_ok}++ }
-			else { $rep{writes_refused}{ $e->{sqlstate} // '?' }++ }
-		}
-	}
-	# cut each lease where its holder let go, lost its connection or was
-	# terminated
-	for my $l (@leases)
-	{
-		my $k = "$l->{server}/$l->{pid}";
-		my @at;
-		push @at, $lost{$k} if defined $lost{$k} && $lost{$k} >= $l->{start};
-		# the signal left between t and t_end: a lease whose call began
-		# before t_end may have been granted before it arrived, and ends
-		# there (or at once, if granted meanwhile)
-		for my $f (@{ $term{$k} // [] })
-		{
-			next if $l->{start} > ($f->{t_end} // $f->{t});
-			push @at, $f->{t} > $l->{start} ? $f->{t} : $l->{start};
-		}
-		for my $t (@at)
-		{
-			$l->{cut} = $t if !defined $l->{cut} || $t < $l->{cut};
-		}
-		$l->{to} = $l->{end};
-		$l->{to} = $l->{cut} if defined $l->{cut} && $l->{cut} < $l->{to};
-	}
-
-	my @jumps = map { $_->{t} } grep { $_->{kind} eq 'clock' } @{ $h{faults} };
-	my @wipes = map { $_->{t} } grep { $_->{kind} eq 'wipe' && !$_->{quarantine} } @{ $h{faults} };
-	my $between = sub {
-		my ($from, $to, @at) = @_;
-		return scalar grep { $_ >= $from && $_ <= $to } @at;
-	};
-
-	my %by_res;
-	push @{ $by_res{ $_->{res} } }, $_ for @leases;
-	my (@overlaps, @overlaps_clock, @overlaps_wipe, @token_order);
-	for my $res (sort keys %by_res)
-	{
-		my @ls = sort { $a->{ret} <=> $b->{ret} } @{ $by_res{$res} };
-		# overlaps: a sweep over the leases in grant order
-		my @active;
-		for my $b (@ls)
-		{
-			@active = grep { $_->{to} > $b->{ret} } @active;
-			for my $a (@active)
-			{
-				next if $a->{server} eq $b->{server} && $a->{pid} == $b->{pid};
-				next unless $b->{to} > $b->{ret};    # an empty interval
-				my $o = { res => $res, first => $a->{lease}, second => $b->{lease},
-					from => $b->{ret}, to => ($a->{to} < $b->{to} ? $a->{to} : $b->{to}),
-					tokens => "$a->{tok} $b->{tok}" };
-				if ($between->($a->{start}, $b->{ret}, @jumps)) { push @overlaps_clock, $o }
-				elsif ($between->($a->{start}, $b->{ret}, @wipes)) { push @overlaps_wipe, $o }
-				else { push @overlaps, $o }
-			}
-			push @active, $b;
-		}
-		# token order: the largest token of the grants that returned
-		# before this one's call began must be below its token
-		my @by_ret = @ls;
-		my @by_start = sort { $a->{start} <=> $b->{start} } @ls;
-		my ($i, $max, $max_lease) = (0, undef, undef);
-		for my $b (@by_start)
-		{
-			while ($i < @by_ret && $by_ret[$i]{ret} < $b->{start})
-			{
-				if (!defined $max || $by_ret[$i]{tok} > $max)
-				{
-					$max = $by_ret[$i]{tok};
-					$max_lease = $by_ret[$i]{lease};
-				}
-				$i++;
-			}
-			push @token_order, { res => $res, earlier => $max_lease, earlier_tok => $max,
-				later => $b->{lease}, later_tok => $b->{tok} }
-			  if defined $max && $b->{tok} <= $max;
-		}
-	}
-
-	my (@fence, %prev);
-	for my $a (@{ $h{audit} })
-	{
-		my ($row, $old, $new) = @$a{qw(row old new)};
-		push @fence, $a
-		  if (defined $prev{$row} && $new <= $prev{$row})
-		  || (defined $old && $new <= $old);
-		$prev{$row} = $new;
-	}
-
-	$rep{leases} = \@leases;
-	$rep{overlaps} = \@overlaps;
-	$rep{overlaps_clock} = \@overlaps_clock;
-	$rep{overlaps_wipe} = \@overlaps_wipe;
-	$rep{token_order} = \@token_order;
-	$rep{fence} = \@fence;
-	$rep{observed} = scalar grep { $_->{obs} } @leases;
-	return \%rep;
 }
 
 1;

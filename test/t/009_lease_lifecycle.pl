@@ -164,7 +164,10 @@ SKIP:
 # --- 4. DISCARD ALL releases session leases, as it releases advisory locks
 my $s4 = $pg->background_psql('postgres', on_error_stop => 0);
 my $before = $s4->query_safe("SELECT redlock_lock('pool:a', 60000)");
-$s4->query_safe("SELECT redlock_xact_lock('pool:b', 60000)");   # its own transaction: gone
+# its own transaction: gone with the statement, and a WARNING says so
+my ($o4, $e4) = run_in($s4, "SELECT redlock_xact_lock('pool:b', 60000)");
+like($e4, qr/WARNING:  redlock_xact_lock\(\) can only be used in transaction blocks/,
+	'a transaction lease outside a transaction block: a WARNING');
 $s4->query_safe('DISCARD ALL');
 is($s4->query_safe('SELECT count(*) FROM redlock_leases'), '0',
 	'DISCARD ALL: the session holds no lease');

@@ -75,6 +75,8 @@ like($tok, qr/^\d+$/, 'require: granted although no CA we trust signed the certi
 is($tok, '', 'unknown CA: refused');
 like($err, qr/\Q${\ $unknown->addr }\E: certificate verify failed: unable to get local issuer certificate/,
 	'unknown CA: the detail says why');
+like($err, qr/HINT:  A node's TLS connection failed: check redlock\.tls_mode and redlock\.tls_ca_file/,
+	'... and the hint names the TLS settings');
 ($tok, $err) = attempt("localhost:${\ $wrong->port }", tls_mode => 'verify-full');
 like($err, qr/localhost:\d+: certificate verify failed: hostname mismatch \(the certificate does not name "localhost"\)/,
 	'verify-full: a certificate for another name is refused');
@@ -109,6 +111,8 @@ cmp_ok($took, '<', 8, "... within connect_timeout (${took}s)");
 is($tok, '', 'client certificate required, none given: refused');
 like($err, qr/\Q${\ $mtls->addr }\E: .*certificate required/,
 	'... and the detail says the server wanted a certificate');
+like($err, qr/HINT:  .*redlock\.tls_cert_file and redlock\.tls_key_file for nodes that ask for a client certificate/,
+	'... and the hint names the client certificate settings');
 note "no client certificate: $err";
 ($tok, $err) = attempt($mtls->addr, tls_mode => 'verify-full',
 	tls_cert_file => $tls->file('client.crt'),

@@ -31,10 +31,10 @@
 #   through the dispatcher again once it runs.
 # - always, the dispatcher stopped after it took a round (three nodes
 #   paused, so the round is in flight): the call fails after a bounded
-#   wait, its DETAIL naming the dispatcher, long before statement_timeout,
-#   and so does the session's next call (not taken back, nor sent on the
-#   session's own connections: it would overtake the first); no key is
-#   left once both run again.
+#   wait, its DETAIL naming the dispatcher and its HINT blaming it, not the
+#   nodes, long before statement_timeout, and so does the session's next
+#   call (not taken back, nor sent on the session's own connections: it
+#   would overtake the first); no key is left once both run again.
 # - a session leaving the shared connections (auto, alone) while its
 #   release waits in a stopped dispatcher's queue: the release is taken
 #   back and sent ahead of its next call of the same resource, which is
@@ -390,6 +390,8 @@ my ($out, $err) = run_in($s, "SELECT 'after'");
 like($err,
 	qr/could not acquire lease on "taken": fewer than a majority of Redis nodes could answer.*DETAIL:.*the dispatcher worker did not answer in time/s,
 	'a call whose round the stopped dispatcher had taken fails, naming it');
+like($err, qr/HINT:  The dispatcher worker, which runs this server's rounds on shared connections, is stalled or gone: it failed the round, not the nodes/,
+	'... and its hint blames the dispatcher, not the nodes');
 ($out, $err) = run_in($s, "SELECT redlock_lock('taken2', 30000)");
 like($err,
 	qr/could not acquire lease on "taken2": fewer than a majority of Redis nodes could answer.*DETAIL:.*the dispatcher worker (?:did not answer in time|still holds an earlier round of this session)/s,

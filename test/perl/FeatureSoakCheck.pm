@@ -1,0 +1,226 @@
+# The feature soak's checker (test/t/021_feature_soak.pl, and
+# test/soak-picture.sh, which draws what it found): reads the sessions'
+# history files (written by test/perl/FeatureSoak.pm, whose header
+# describes the events) and turns them, with the faults and the fence's
+# audit, into a report.
+package FeatureSoakCheck;
+
+use strict;
+use warnings FATAL => 'all';
+
+use JSON::PP;
+
+# Read the sessions' history files: a list of events.
+sub read_history
+{
+	my (@files) = @_;
+	my @ev;
+	for my $f (@files)
+	{
+		open my $fh, '<', $f or die "$f: $!";
+		while (<$fh>)
+		{
+			chomp;
+			next if $_ eq '';
+			push @ev, decode_json($_);
+		}
+	}
+	return \@ev;
+}
+
+# check(events => [...], faults => [...], audit => [...]) returns a report:
+#
+# Each lease is an interval on the host's clock: from the moment its grant
+# returned to the end of what its holder was told (the largest observation
+# time + validity_ms), cut at the moment its holder began to release it, or
+# was terminated (faults of kind 'terminate' with server, pid, and t and
+# t_end around the signal: the backend released its leases as it exited).
+# A lost connection cuts nothing: its holder knows only that its lease ends
+# by its validity, and that is all a backend killed in a crash-restart
+# (faults of kind 'crash') leaves: its leases stay on the nodes and expire.
+# Leases of different
+# holders (server and backend) on one resource must not overlap.  An
+# overlap whose first lease was asked for before, and whose second was
+# granted after, a clock jump (faults of kind 'clock') is counted apart: a
+# key expired early on that node, Redlock's known limit.  So is one across a
+# wipe of a node's data (kind 'wipe') made while the servers' restart
+# quarantine was off (its field quarantine false): the node forgot the key
+# and counted at once.  Under a quarantine (quarantine: its seconds) a wipe
+# excuses nothing.
+#
+# Tokens: a grant whose call returned before another's began has the
+# smaller token (the order of grants in real time).
+#
+# Audit (one row per accepted update of a fenced row, in the order of the
+# updates: row, old token, new token): every new token is greater than the
+# previous accepted one of the row, and than the row's old token.
+#
+# Time: no statement runs longer than its wait_ms + 2 s (events stmt: every
+# statement over a second); the longest lock call of each server (grant and
+# refused events' d) is reported with its wait_ms, and so is each server's
+# longest time beyond a statement's wait_ms.
+our $SLACK_S = 2;
+
+sub check
+{
+	my (%h) = @_;
+	my (%lease, @leases, @slow, %longest, %beyond);
+	my %term;
+	for my $f (@{ $h{faults} })
+	{
+		next unless $f->{kind} eq 'terminate';
+		push @{ $term{"$f->{server}/$f->{pid}"} }, $f;
+	}
+	my %rep = (grants => 0, refused => {}, writes_ok => 0, writes_refused => {},
+		kinds => {});
+	for my $e (@{ $h{events} })
+	{
+		my $ev = $e->{ev};
+		# a lock call, granted or refused: how long it took
+		if (($ev eq 'grant' || $ev eq 'refused') && defined $e->{d})
+		{
+			my $m = $longest{ $e->{server} };
+			$longest{ $e->{server} } = $e if !$m || $e->{d} > $m->{d};
+		}
+		if ($ev eq 'grant')
+		{
+			my $l = { %$e, end => $e->{ret}, cut => undef, obs => 0 };
+			$lease{ $e->{lease} } = $l;
+			push @leases, $l;
+			$rep{grants}++;
+			$rep{kinds}{ $e->{kind} }++;
+		}
+		elsif ($ev eq 'obs')
+		{
+			my $l = $lease{ $e->{lease} } or next;
+			push @{ $l->{seen} }, [ $e->{t}, $e->{v} ];
+			# validity_ms 0: expired or lost, which promises nothing
+			next unless $e->{v} > 0;
+			my $end = $e->{t} + $e->{v} / 1000;
+			$l->{end} = $end if $end > $l->{end};
+			$l->{obs}++;
+		}
+		elsif ($ev eq 'release')
+		{
+			my $l = $lease{ $e->{lease} } or next;
+			$l->{cut} = $e->{t} if !defined $l->{cut} || $e->{t} < $l->{cut};
+		}
+		elsif ($ev eq 'lost')
+		{
+			$rep{lost}{ $e->{server} }++;
+		}
+		elsif ($ev eq 'refused')
+		{
+			$rep{refused}{ $e->{sqlstate} }++;
+		}
+		elsif ($ev eq 'stmt')
+		{
+			my $over = $e->{d} - $e->{w} / 1000;
+			push @slow, $e if $over > $SLACK_S;
+			my $b = $beyond{ $e->{server} };
+			$beyond{ $e->{server} } = $e if !$b || $over > $b->{d} - $b->{w} / 1000;
+		}
+		elsif ($ev eq 'write')
+		{
+			if ($e->{ok}) { $rep{writes_ok}++ }
+			else { $rep{writes_refused}{ $e->{sqlstate} // '?' }++ }
+		}
+	}
+	# cut each lease where its holder let go or was terminated
+	for my $l (@leases)
+	{
+		my $k = "$l->{server}/$l->{pid}";
+		my @at;
+		# the signal left between t and t_end: a lease whose call began
+		# before t_end may have been granted before it arrived, and ends
+		# there (or at once, if granted meanwhile)
+		for my $f (@{ $term{$k} // [] })
+		{
+			next if $l->{start} > ($f->{t_end} // $f->{t});
+			push @at, $f->{t} > $l->{start} ? $f->{t} : $l->{start};
+		}
+		for my $t (@at)
+		{
+			$l->{cut} = $t if !defined $l->{cut} || $t < $l->{cut};
+		}
+		$l->{to} = $l->{end};
+		$l->{to} = $l->{cut} if defined $l->{cut} && $l->{cut} < $l->{to};
+	}
+
+	my @jumps = map { $_->{t} } grep { $_->{kind} eq 'clock' } @{ $h{faults} };
+	my @wipes = map { $_->{t} } grep { $_->{kind} eq 'wipe' && !$_->{quarantine} } @{ $h{faults} };
+	my $between = sub {
+		my ($from, $to, @at) = @_;
+		return scalar grep { $_ >= $from && $_ <= $to } @at;
+	};
+
+	my %by_res;
+	push @{ $by_res{ $_->{res} } }, $_ for @leases;
+	my (@overlaps, @overlaps_clock, @overlaps_wipe, @token_order);
+	for my $res (sort keys %by_res)
+	{
+		my @ls = sort { $a->{ret} <=> $b->{ret} } @{ $by_res{$res} };
+		# overlaps: a sweep over the leases in grant order
+		my @active;
+		for my $b (@ls)
+		{
+			@active = grep { $_->{to} > $b->{ret} } @active;
+			for my $a (@active)
+			{
+				next if $a->{server} eq $b->{server} && $a->{pid} == $b->{pid};
+				next unless $b->{to} > $b->{ret};    # an empty interval
+				my $o = { res => $res, first => $a->{lease}, second => $b->{lease},
+					from => $b->{ret}, to => ($a->{to} < $b->{to} ? $a->{to} : $b->{to}),
+					tokens => "$a->{tok} $b->{tok}" };
+				if ($between->($a->{start}, $b->{ret}, @jumps)) { push @overlaps_clock, $o }
+				elsif ($between->($a->{start}, $b->{ret}, @wipes)) { push @overlaps_wipe, $o }
+				else { push @overlaps, $o }
+			}
+			push @active, $b;
+		}
+		# token order: the largest token of the grants that returned
+		# before this one's call began must be below its token
+		my @by_ret = @ls;
+		my @by_start = sort { $a->{start} <=> $b->{start} } @ls;
+		my ($i, $max, $max_lease) = (0, undef, undef);
+		for my $b (@by_start)
+		{
+			while ($i < @by_ret && $by_ret[$i]{ret} < $b->{start})
+			{
+				if (!defined $max || $by_ret[$i]{tok} > $max)
+				{
+					$max = $by_ret[$i]{tok};
+					$max_lease = $by_ret[$i]{lease};
+				}
+				$i++;
+			}
+			push @token_order, { res => $res, earlier => $max_lease, earlier_tok => $max,
+				later => $b->{lease}, later_tok => $b->{tok} }
+			  if defined $max && $b->{tok} <= $max;
+		}
+	}
+
+	my (@fence, %prev);
+	for my $a (@{ $h{audit} })
+	{
+		my ($row, $old, $new) = @$a{qw(row old new)};
+		push @fence, $a
+		  if (defined $prev{$row} && $new <= $prev{$row})
+		  || (defined $old && $new <= $old);
+		$prev{$row} = $new;
+	}
+
+	$rep{leases} = \@leases;
+	$rep{overlaps} = \@overlaps;
+	$rep{overlaps_clock} = \@overlaps_clock;
+	$rep{overlaps_wipe} = \@overlaps_wipe;
+	$rep{token_order} = \@token_order;
+	$rep{fence} = \@fence;
+	$rep{observed} = scalar grep { $_->{obs} } @leases;
+	$rep{slow} = \@slow;
+	$rep{longest} = \%longest;
+	$rep{beyond} = \%beyond;
+	return \%rep;
+}
+
+1;
