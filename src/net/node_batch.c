@@ -151,6 +151,7 @@ rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
 		return;
 	round_housekeeping();
 	head = batch_dispatch(NULL, reqs, n);
+	wait_stall_reset();
 
 	for (;;)
 	{

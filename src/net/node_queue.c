@@ -187,7 +187,10 @@ queue_owe(RlNode *node, uint64_t tag)
 	if (node->owed_count >= RL_MAX_OWED)
 		return false;
 	if (node->owed_count == 0)
+	{
 		node->last_progress_us = rl_now_us();
+		node->stalled_us = 0;
+	}
 	node->owed[slot] = tag;
 	node->owed_cmd[slot] = NULL;
 	node->owed_cmd_len[slot] = 0;

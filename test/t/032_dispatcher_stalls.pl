@@ -5,7 +5,9 @@
 # 50 ms.  Calls get slower; none fails: no error, no lock refused (each
 # session's resource is its own, so a refusal is a lock of its own left
 # behind), no lock left on the nodes once the load stops, and no healthy
-# node blamed for the worker's stall in the server log.
+# node blamed for the worker's stall in the server log.  Then the worker
+# stopped with the nodes it waits for (as in a stall of the machine): they
+# are judged on the time it ran, and named beside it when they stay silent.
 use strict;
 use warnings FATAL => 'all';
 
@@ -79,6 +81,54 @@ my $log = substr(slurp_file($pg->logfile), $log_from);
 unlike($log, qr/Redis node \S+ is failing/,
 	'no node was blamed in the log for the worker\'s stalls');
 is(worker_pid($pg, 'dispatcher'), $disp, 'the same dispatcher ran throughout');
+
+# --- the worker stopped with the nodes it waits for (as in a stall of the
+# whole machine): a node is judged on the time the worker ran.  A session
+# (always) waits for its lock, which the worker sent and waits for from
+# nodes 1-3 (paused; node_timeout 1 s); the worker is stopped for 1.5 s.
+# Running again before the nodes (by 100 ms), it gives them what was left
+# of their node_timeout: the lock is granted.  Nodes that stay silent are
+# judged late after that, their DETAIL naming the stalled worker.
+$pg->append_conf('postgresql.conf',
+	"redlock.shared_connections = always\nredlock.node_timeout = '1s'\n");
+my $s = long_session($pg);
+reload_seen($pg, $s);
+usleep(300_000);	# the worker, woken by SIGHUP, reads it too
+my $spid = $s->query_safe('SELECT pg_backend_pid()');
+for my $case ('nodes back', 'nodes silent')
+{
+	my $res = $case eq 'nodes back' ? 'stall_back' : 'stall_silent';
+	$_->pause for @redis[0 .. 2];
+	$s->query_until(qr/asking/, "\\echo asking\nSELECT redlock_lock('$res', 30000);\n");
+	ok(wait_for(sub { keys_on($redis[3], $res) ne '' && keys_on($redis[4], $res) ne '' }),
+		"$case: the worker sent the lock");
+	kill 'STOP', $disp;
+	usleep(1_500_000);
+	kill 'CONT', $disp;
+	if ($case eq 'nodes back')
+	{
+		usleep(100_000);
+		$_->resume for @redis[0 .. 2];
+		my ($out, $err) = run_in($s, "SELECT count(*) FROM redlock_leases WHERE resource = '$res'");
+		is($err, '', 'the lock call did not fail');
+		like($out, qr/\A\d+\n1\z/, 'it was granted: a token, and the lease is held');
+		is(key_count($res, @redis), '1 1 1 1 1', 'on every node');
+		run_in($s, "SELECT redlock_unlock('$res')");
+	}
+	else
+	{
+		my ($out, $err) = run_in($s, "SELECT 'after'");
+		like($err, qr/could not acquire lease on "$res"/, 'the lock call fails');
+		like($err,
+			qr/(?:no reply for|timed out after) \d+ ms[^\n]*\(not counting \d+ ms when the redlock dispatcher was not running\)/,
+			'its DETAIL names the stalled dispatcher beside the silent nodes');
+		note $err;
+		$_->resume for @redis[0 .. 2];
+	}
+}
+ok(no_keys('*', @redis), 'no lock is left on the nodes');
+
+$s->quit;
 
 nothing_crashed($pg, $pm_start);
 $pg->stop;
