@@ -746,16 +746,16 @@ my $run_heals = sub {
 # (one that cannot run now comes again), then at random; then every fault
 # ends (a server in its crash-restart is waited for).  A fault that needs
 # every node in (two nodes stopped, a wipe of a node two majorities hold
-# alone): once picked,
-# it takes the place of every node fault that has run once until it could
-# run (with the quarantine on, nodes are often out).
+# alone): once picked and refused, it waits in a queue, and the first there
+# takes the place of every node fault that has run once until it could run
+# (with the quarantine on, nodes are often out).
 my %node_fault = map { $_ => 1 } qw(pause pause2 wipe_bare wipe_crash kill9 wipe part_wipe);
 my %needs_all = map { $_ => 1 } qw(pause2 wipe_bare wipe_crash part_wipe);
 my $nemesis = sub {
 	my ($until, @kinds) = @_;
 	my @todo = $shuffled->(@kinds);
 	my %did;
-	my $due;
+	my @due;    # faults that need every node in, in the order they waited
 	my $next = time + 0.5;
 	while (time < $until)
 	{
@@ -764,9 +764,13 @@ my $nemesis = sub {
 		if (time >= $next)
 		{
 			my $want = @todo ? shift @todo : $pick->(@kinds);
-			my $kind = $due && $node_fault{$want} && $did{$want} ? $due : $want;
+			my $kind = @due && $node_fault{$want} && $did{$want} ? $due[0] : $want;
 			my $ran = $act{$kind}->();
-			$due = $ran ? undef : $kind if $needs_all{$kind};
+			if ($needs_all{$kind})
+			{
+				@due = grep { $_ ne $kind } @due;
+				push @due, $kind unless $ran || $did{$kind};
+			}
 			$did{$kind} = 1 if $ran;
 			push @todo, $want unless $did{$want};
 			$next = time + 0.3 + rand(1.2);
