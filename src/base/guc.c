@@ -46,6 +46,7 @@ int			rl_restart_quarantine_ms = 60000;
 int			rl_stats_max_databases = 256;
 int			rl_stats_max_tables = 4096;
 int			rl_shared_connections = RL_SHARED_AUTO;
+int			rl_debug_complete_delay_ms = 0;
 
 static char *rl_nodes_setting = NULL;
 
@@ -574,6 +575,13 @@ rl_define_gucs(void)
 							 PGC_SIGHUP,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redlock.debug_complete_delay",
+							"For tests: the dispatcher worker sleeps this long between publishing what its connections still owe and handing a decided round back.",
+							NULL, &rl_debug_complete_delay_ms, 0, 0, 10000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS | GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("redlock");
 	rl_defining_gucs = false;

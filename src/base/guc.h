@@ -32,6 +32,7 @@ extern int	rl_stats_max_databases; /* only with shared_preload_libraries */
 extern int	rl_stats_max_tables;
 extern int	rl_shared_connections;	/* RlSharedMode */
 extern int	rl_local_handoffs;	/* guc_wait.c */
+extern int	rl_debug_complete_delay_ms; /* tests only (dispatcher.c) */
 
 /* redlock.shared_connections: when rounds go to the dispatcher worker */
 typedef enum RlSharedMode

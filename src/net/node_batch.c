@@ -151,6 +151,7 @@ rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
 		return;
 	round_housekeeping();
 	head = batch_dispatch(NULL, reqs, n);
+	wait_stall_reset();
 
 	for (;;)
 	{
@@ -205,6 +206,13 @@ rl_nodes_oldest_owed(void)
 		}
 	}
 	return oldest;
+}
+
+void
+rl_nodes_tags_above(uint64_t floor)
+{
+	if (rl_round_id < floor)
+		rl_round_id = floor;
 }
 
 bool

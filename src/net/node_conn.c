@@ -102,18 +102,41 @@ rl_nodes_config_changed(void)
 	return rl_applied_generation != rl_node_list_generation;
 }
 
-/* Drop all connections and take the node list now in force. */
+/* A node's must-deliver commands kept over a change of the node list */
+typedef struct RlKeptStash
+{
+	char		name[RL_MAX_HOST_LEN + 16];
+	char	   *cmd[RL_MAX_KEPT];
+	int			len[RL_MAX_KEPT];
+	int			n;
+} RlKeptStash;
+
+/*
+ * Drop all connections and take the node list now in force.  The
+ * must-deliver commands kept for a node (and those its connection owed a
+ * reply to) stay with it if it is still in the list, under whatever index:
+ * a release still reaches it.
+ */
 void
 rl_nodes_apply_config(void)
 {
+	RlKeptStash stash[RL_MAX_NODES];
+	int			nstash = rl_nnodes;
+
 	rl_nodes_disconnect_all();
 	for (int i = 0; i < rl_nnodes; i++)
 	{
-		queue_forget_kept(&rl_nodes[i]);
+		RlNode	   *node = &rl_nodes[i];
+
+		strlcpy(stash[i].name, node->name, sizeof(stash[i].name));
+		memcpy(stash[i].cmd, node->kept_cmd, sizeof(stash[i].cmd));
+		memcpy(stash[i].len, node->kept_len, sizeof(stash[i].len));
+		stash[i].n = node->nkept;
+		node->nkept = 0;
 		/* a closed connection keeps a small output buffer: free it */
-		free(rl_nodes[i].obuf);
-		rl_nodes[i].obuf = NULL;
-		rl_nodes[i].ocap = 0;
+		free(node->obuf);
+		node->obuf = NULL;
+		node->ocap = 0;
 	}
 	rl_nnodes = 0;
 	if (rl_node_list != NULL)
@@ -136,6 +159,21 @@ rl_nodes_apply_config(void)
 			node->ident.uptime_s = -1;
 		}
 		rl_nnodes = rl_node_list->count;
+	}
+	for (int j = 0; j < nstash; j++)
+	{
+		RlNode	   *node = NULL;
+
+		for (int i = 0; i < rl_nnodes && node == NULL; i++)
+			if (strcmp(rl_nodes[i].name, stash[j].name) == 0)
+				node = &rl_nodes[i];
+		for (int k = 0; k < stash[j].n; k++)
+		{
+			if (node != NULL)
+				queue_keep_text(node, stash[j].cmd[k], stash[j].len[k]);
+			else
+				redisFreeCommand(stash[j].cmd[k]);
+		}
 	}
 	rl_applied_fingerprint = UINT64CONST(14695981039346656037);
 	for (int i = 0; i < rl_nnodes; i++)

@@ -109,6 +109,9 @@ typedef struct RlNode
 	int			owed_head;
 	int			owed_count;
 	int64_t		last_progress_us;	/* last reply, or when owing began */
+	int64_t		stalled_us;		/* the time this process was not running
+								 * since then, which its clocks skip
+								 * (wait_stall_check) */
 	int64_t		last_heard_us;	/* last reply or push */
 
 	/* scripts (node_script.c): bit i: this connection ran script i */
@@ -244,7 +247,6 @@ extern void queue_keep(RlNode *node, const RlRequest *req);
 extern void queue_keep_text(RlNode *node, char *cmd, int len);
 extern void queue_requeue_owed(RlNode *node);
 extern void queue_send_kept(RlNode *node);
-extern void queue_forget_kept(RlNode *node);
 
 /* node_fail.c: a node's failure and recovery */
 extern void node_disconnect(RlNode *node);
@@ -285,6 +287,12 @@ extern int	wait_in_poll(long timeout_ms, RlReady *ready);
 extern void wait_pump_resolver(RlRequest *req);
 extern void wait_handle_ready(RlRequest *req, RlReady *ready, int nready);
 extern bool wait_any_buffered_input(void);
+#define RL_STALL_SLICE_MS	100 /* a round's longest wait between looks at
+									 * the clock (wait_stall_check) */
+extern void wait_stall_reset(void);
+extern void wait_stall_expect(int64_t until_us);
+extern void wait_stall_check(int64_t now);
+extern const char *wait_stall_who(void);
 
 /* node_round.c: one request to every node (and the functions of nodes.h) */
 extern void round_housekeeping(void);

@@ -463,6 +463,7 @@ pipeline_read(RlNode *node, RlRequest *req, char *lost, size_t lostlen)
 		node->owed_head = (node->owed_head + 1) % RL_MAX_OWED;
 		node->owed_count--;
 		node->last_progress_us = rl_now_us();
+		node->stalled_us = 0;
 
 		if (by_sha && script_refused(node, reply) &&
 			resend_by_text(node, req, tag, kept, kept_len))

@@ -18,6 +18,9 @@
  * briefly away does not hold a lock until its TTL.  The oldest is dropped
  * when too many pile up.  Kept commands live in malloc'd memory, like the
  * output buffer: nothing here allocates with palloc on the no-throw paths.
+ * They outlive a change of the node list for the nodes that stay in it
+ * (node_conn.c), and a worker that exits hands them to its successor
+ * (rl_nodes_hand_kept, rl_nodes_take_kept).
  *
  * A round sends one command to every node: each form of it (its text, its
  * EVALSHA form) is formatted once, when the first node of the dispatch
@@ -184,7 +187,10 @@ queue_owe(RlNode *node, uint64_t tag)
 	if (node->owed_count >= RL_MAX_OWED)
 		return false;
 	if (node->owed_count == 0)
+	{
 		node->last_progress_us = rl_now_us();
+		node->stalled_us = 0;
+	}
 	node->owed[slot] = tag;
 	node->owed_cmd[slot] = NULL;
 	node->owed_cmd_len[slot] = 0;
@@ -303,13 +309,50 @@ queue_send_kept(RlNode *node)
 	}
 }
 
-/* Forget the kept commands (the node list changed). */
+/*
+ * The kept commands of every node go to fn, by the node's name, and are
+ * forgotten: a process that stops using its connections (a worker that
+ * exits) hands them on.  Close the connections first: the must-deliver
+ * commands they owed a reply to are kept then.
+ */
 void
-queue_forget_kept(RlNode *node)
+rl_nodes_hand_kept(RlKeptHandler fn, void *arg)
 {
-	for (int i = 0; i < node->nkept; i++)
-		redisFreeCommand(node->kept_cmd[i]);
-	node->nkept = 0;
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+
+		for (int k = 0; k < node->nkept; k++)
+		{
+			fn(node->name, node->kept_cmd[k], node->kept_len[k], arg);
+			redisFreeCommand(node->kept_cmd[k]);
+		}
+		node->nkept = 0;
+	}
+}
+
+/*
+ * Keep a copy of a must-deliver command (a formatted command, as handed by
+ * rl_nodes_hand_kept) for the node of that name: sent ahead of anything
+ * else on its next connection.  False when no node has that name, or out
+ * of memory.
+ */
+bool
+rl_nodes_take_kept(const char *node_name, const char *cmd, int len)
+{
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		if (strcmp(rl_nodes[i].name, node_name) == 0)
+		{
+			char	   *copy = len > 0 ? copy_command(cmd, len) : NULL;
+
+			if (copy == NULL)
+				return false;
+			queue_keep_text(&rl_nodes[i], copy, len);
+			return true;
+		}
+	}
+	return false;
 }
 
 /*

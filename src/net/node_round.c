@@ -270,6 +270,16 @@ round_node_overdue(RlNode *node, RlRequest *req, int64_t now,
 	else
 		snprintf(res->detail, sizeof(res->detail), "timed out after %d ms",
 				 rl_node_timeout_ms);
+
+	/* a late waiter is named, not blamed on the node (wait_stall_check) */
+	if (node->stalled_us >= 1000)
+	{
+		size_t		len = strlen(res->detail);
+
+		snprintf(res->detail + len, sizeof(res->detail) - len,
+				 " (not counting %d ms when %s was not running)",
+				 (int) (node->stalled_us / 1000), wait_stall_who());
+	}
 }
 
 /*
@@ -291,6 +301,7 @@ round_wait_step(RlRequest *req, bool *polled, bool use_poll)
 	long		timeout_ms;
 	int			nready;
 
+	wait_stall_check(now);
 	for (RlRequest *r = req; r != NULL; r = r->batch_next)
 	{
 		bool		round_over = r->deadline_us != 0 && now >= r->deadline_us;
@@ -335,10 +346,15 @@ round_wait_step(RlRequest *req, bool *polled, bool use_poll)
 	timeout_ms = resolve_timeout_ms(timeout_ms);
 	if (wait_any_buffered_input())
 		timeout_ms = 0;
+	/* waits no longer than a slice, so that a stall in it is measured */
+	if (timeout_ms < 0 || timeout_ms > RL_STALL_SLICE_MS)
+		timeout_ms = RL_STALL_SLICE_MS;
+	wait_stall_expect(now + (int64_t) timeout_ms * 1000);
 	if (use_poll)
 		nready = wait_in_poll(timeout_ms, ready);
 	else
 		nready = wait_in_event_set(timeout_ms, ready);
+	wait_stall_check(rl_now_us());
 	wait_handle_ready(req, ready, nready);
 }
 
@@ -347,6 +363,7 @@ round_wait(RlRequest *req)
 {
 	bool		polled = false;
 
+	wait_stall_reset();
 	while (!round_finished(req))
 		round_wait_step(req, &polled, req->nothrow);
 }

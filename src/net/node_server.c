@@ -235,7 +235,8 @@ server_learn(RlNode *node, RlRequest *req, const redisReply *reply)
 						   strncmp(reply->str, "READONLY", 8) == 0 ?
 						   "The node is a read-only replica: list only independent masters in redlock.nodes." :
 						   (strncmp(reply->str, "NOPERM", 6) == 0 ||
-							strstr(reply->str, "can't run this command") != NULL) ?
+							strstr(reply->str, "can't run this command") != NULL ||	/* Redis */
+							strstr(reply->str, "no permissions to run") != NULL) ?	/* Valkey */
 						   "The node's user must be allowed EVAL, INFO, TIME, and GET and SET on the key redlock.key_prefix || 'epoch'; or turn the check off with redlock.restart_quarantine = 0." :
 						   "The node must run the epoch script of redlock.restart_quarantine (EVAL, INFO, TIME, GET and SET); or turn the check off with redlock.restart_quarantine = 0.",
 						   "could not read its epoch (redlock.restart_quarantine): %.*s",

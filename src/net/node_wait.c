@@ -15,6 +15,9 @@
  * The resolver's sockets (c-ares, node_resolve.c) come and go while names
  * are looked up; the wait event set is rebuilt when they change.
  *
+ * Also here: this process's own stalls while it waits (wait_stall_check),
+ * which are not counted against the nodes.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -23,6 +26,7 @@
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "postmaster/bgworker.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
 
@@ -140,6 +144,7 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 	WaitEvent	events[RL_MAX_READY + 2];
 	int			nevents;
 	int			n = 0;
+	bool		latch_seen = false;
 
 	if (rl_wes_stale || rl_wes == NULL || wes_resolver_changed())
 		wes_rebuild();
@@ -172,6 +177,7 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 			ResetLatch(MyLatch);
 			rl_latch_fired = true;
 			CHECK_FOR_INTERRUPTS();
+			latch_seen = true;
 			continue;
 		}
 		if (ev->events & WL_POSTMASTER_DEATH)
@@ -188,6 +194,16 @@ wait_in_event_set(long timeout_ms, RlReady *ready)
 		ready[n].writable = (ev->events & WL_SOCKET_WRITEABLE) != 0;
 		n++;
 	}
+
+	/*
+	 * A latch found set is all WaitEventSetWait returns: it does not look at
+	 * the sockets then.  A process whose latch is set often (the dispatcher,
+	 * which every queued round wakes) would read its replies late, or judge
+	 * a node late whose reply waits in its socket: look at them now, without
+	 * waiting.
+	 */
+	if (latch_seen && n == 0)
+		n = wait_in_poll(0, ready);
 	return n;
 }
 
@@ -250,6 +266,82 @@ wait_any_buffered_input(void)
 			sock_has_buffered_input(&rl_nodes[i]))
 			return true;
 	return false;
+}
+
+/*
+ * This process's own stalls while it waits for the nodes: time it was not
+ * running (stopped, or kept off the CPU: the dispatcher worker, or the
+ * whole machine) beyond what it expected between two looks at the clock in
+ * a round's wait (a wait's timeout, at most RL_STALL_SLICE_MS, a moment's
+ * work).  Replies that came
+ * meanwhile are read before any node is judged (round_wait_step), but a
+ * node that was stopped with us, or that got our command only as we ran
+ * again, needs time once we run: so a node is judged on the time this
+ * process was there to hear it, its clocks (asked, last reply, connect
+ * deadline) moved on by the stall, up to the time of a round and a second
+ * in all since it last answered (a process kept off the CPU for good still
+ * gives up on a dead node).  A round's own deadline does not move.
+ */
+#define RL_STALL_MIN_US		5000	/* shorter: scheduling noise */
+
+static int64_t stall_expected_us = 0;	/* when we expect to look again; 0:
+										 * not in a round's wait */
+
+/* A round's wait begins (or ends): no look at the clock is expected. */
+void
+wait_stall_reset(void)
+{
+	stall_expected_us = 0;
+}
+
+/* The process expects to look at the clock again by until_us. */
+void
+wait_stall_expect(int64_t until_us)
+{
+	stall_expected_us = until_us;
+}
+
+/*
+ * The clock says now: the time beyond the expected look was a stall; the
+ * clocks of the nodes we wait for skip it.  Expects the next look now.
+ */
+void
+wait_stall_check(int64_t now)
+{
+	int64_t		stall = stall_expected_us != 0 ? now - stall_expected_us : 0;
+	int64_t		cap = ((int64_t) 2 * (rl_connect_timeout_ms + rl_node_timeout_ms) +
+					   1000) * 1000;
+
+	stall_expected_us = now;
+	if (stall < RL_STALL_MIN_US)
+		return;
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		RlNode	   *node = &rl_nodes[i];
+		int64_t		credit = Min(stall, cap - node->stalled_us);
+
+		if (credit <= 0 ||
+			!((node->state == RL_CONN_READY && node->owed_count > 0) ||
+			  node_connecting(node)))
+			continue;
+		node->stalled_us += credit;
+		node->asked_at_us += credit;
+		node->last_progress_us += credit;
+		if (node_connecting(node))
+			node->connect_deadline_us += credit;
+	}
+}
+
+/* Who waits for the nodes here, for a detail that says it stalled. */
+const char *
+wait_stall_who(void)
+{
+	static char who[BGW_MAXLEN + 8];
+
+	if (MyBgworkerEntry == NULL)
+		return "this session";
+	snprintf(who, sizeof(who), "the %s", MyBgworkerEntry->bgw_type);
+	return who;
 }
 
 /* Move everything along that the wait found ready. */

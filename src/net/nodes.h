@@ -208,6 +208,26 @@ extern void rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
 extern uint64_t rl_nodes_oldest_owed(void);
 
 /*
+ * Must-deliver commands kept for nodes that cannot be reached now, handed
+ * from one process to another (a dispatcher worker that exits, to the next
+ * one): rl_nodes_hand_kept gives each, with its node's name, to fn and
+ * forgets it (close the connections first: what they owed is kept then);
+ * rl_nodes_take_kept keeps a copy for the node of that name (false: none,
+ * or out of memory).  Neither raises.
+ */
+typedef void (*RlKeptHandler) (const char *node_name, const char *cmd,
+							   int len, void *arg);
+extern void rl_nodes_hand_kept(RlKeptHandler fn, void *arg);
+extern bool rl_nodes_take_kept(const char *node_name, const char *cmd, int len);
+
+/*
+ * The rounds dispatched from now on are tagged above floor: a process that
+ * takes over another's work (a new dispatcher worker) keeps the tags of
+ * the two apart.
+ */
+extern void rl_nodes_tags_above(uint64_t floor);
+
+/*
  * This process's own connections owe nothing and hold nothing to send:
  * every command sent on them was answered (replies that arrived are taken
  * first, without waiting).  Must-deliver commands kept for a node that

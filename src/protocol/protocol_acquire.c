@@ -160,7 +160,8 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	bool		announce = handed || req->decision == RL_WON;
 
 	/*
-	 * Where the round was refused or not sent, nothing of ours is set.  But
+	 * Where the round was refused or not sent (a node in backoff, one not
+	 * asked: asked_us 0), nothing of ours is set.  But
 	 * a value handed over was an offer, which may still wait on a node that
 	 * said no (a local holder's round leaves it where it fails; a remote
 	 * one's no may be older than the offer): it is withdrawn everywhere, or
@@ -168,7 +169,9 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	 */
 	for (int i = 0; i < req->nnodes; i++)
 		unset[i] = !handed && (req->results[i].vote == RL_VOTE_NO ||
-							   req->results[i].in_backoff);
+							   req->results[i].in_backoff ||
+							   (req->results[i].vote == RL_VOTE_FAILED &&
+								req->results[i].asked_us == 0));
 
 	if (req->decision != RL_WON)
 	{
@@ -228,7 +231,16 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	return RL_ATTEMPT_GRANTED;
 
 failed:
-	rl_proto_withdraw_attempt(key, keylen, grant->owner, unset, announce);
+	/* where something of ours may be set: none at all when not sent */
+	for (int i = 0; i < req->nnodes; i++)
+	{
+		if (!unset[i])
+		{
+			rl_proto_withdraw_attempt(key, keylen, grant->owner, unset,
+									  announce);
+			break;
+		}
+	}
 	rl_in_flight.active = false;
 	return result;
 }

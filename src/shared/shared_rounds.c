@@ -45,14 +45,22 @@
  * so a backend does not go back and forth between its own connections and
  * the shared ones.  It moves onto the shared ones only when its own owe
  * nothing (rl_nodes_quiet), and back only when every round it handed over
- * is done and answered by every node: its tag is below the oldest round
+ * is done and answered by every node: the greatest tag of its rounds that
+ * the worker completed (recorded per backend) is below the oldest round
  * the worker's connections still owe a reply to, which the worker
- * publishes before it completes a round.
+ * publishes before it completes a round.  Until then a round that cannot
+ * go through the worker waits, bounded, and fails unsent rather than
+ * overtake one of the worker's.  Tags grow across workers: a new one tags
+ * its rounds above every tag its predecessor completed, so it needs to
+ * reset no tag and writes no slot but those left running.
  *
  * A round is handed over only if the dispatcher is ready on the same
  * settings as this backend (rl_nodes_settings_fingerprint: a database or
- * role may set other nodes), the node list names no server twice (the
- * backend's own round raises RL004 for it), and it fits a slot; probes,
+ * role may set other nodes; checked again under the ring's spinlock when
+ * it is queued, so that a dispatcher that reloads new settings runs what
+ * was queued under the old ones before it switches), the node list names
+ * no server twice (the backend's own round raises RL004 for it), and it
+ * fits a slot; probes,
  * no-reply commands and status replies (palloc'd text) stay on the
  * backend's own connections.  Nothing of the backend's waits without a
  * bound: a round the dispatcher took and does not finish (it stopped
@@ -80,14 +88,19 @@ RlSharedRounds *rl_shared = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
+/* The slots, the ring, the last tags and the kept commands (see the struct) */
 static Size
 shared_size(void)
 {
 	Size		nslots = mul_size(rl_shared_procs(), RL_SHARED_SLOTS_PER_BACKEND);
+	Size		size;
 
-	return add_size(add_size(offsetof(RlSharedRounds, slots),
-							 mul_size(nslots, sizeof(RlSharedSlot))),
-					mul_size(nslots, sizeof(int)));
+	size = MAXALIGN(add_size(offsetof(RlSharedRounds, slots),
+							 mul_size(nslots, sizeof(RlSharedSlot))));
+	size = add_size(size, MAXALIGN(mul_size(nslots, sizeof(int))));
+	size = add_size(size, MAXALIGN(mul_size(rl_shared_procs(),
+											sizeof(pg_atomic_uint64))));
+	return add_size(size, RL_SHARED_KEPT_BYTES);
 }
 
 static void
@@ -118,11 +131,14 @@ shared_shmem_startup(void)
 		pg_atomic_init_u32(&rl_shared->duplicates, 0);
 		pg_atomic_init_u64(&rl_shared->fingerprint, 0);
 		pg_atomic_init_u64(&rl_shared->oldest_owed, PG_UINT64_MAX);
+		pg_atomic_init_u64(&rl_shared->tag_high, 0);
 		pg_atomic_init_u32(&rl_shared->rounds_in_flight, 0);
 		pg_atomic_init_u64(&rl_shared->shared_rounds, 0);
 		pg_atomic_init_u64(&rl_shared->own_rounds, 0);
 		for (int i = 0; i < rl_shared->nslots; i++)
 			pg_atomic_init_u32(&rl_shared->slots[i].state, RL_SLOT_FREE);
+		for (int i = 0; i < rl_shared_procs(); i++)
+			pg_atomic_init_u64(&rl_shared_last_tags()[i], 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -142,11 +158,16 @@ rl_shared_shmem_init(void)
 /*
  * The round failed on every node it was to ask, with detail: the
  * dispatcher's failure, not the nodes', and the hint says so.  (Its
- * pointer is valid in every process: the library is preloaded.)
+ * pointer is valid in every process: the library is preloaded.)  sent: it
+ * may have reached them (the dispatcher took it); otherwise nothing of it
+ * did, and each node reads as not asked (asked_us 0), so that nothing is
+ * withdrawn where nothing was set.
  */
 void
-rl_shared_fail_request(RlRequest *req, int nnodes, const char *detail)
+rl_shared_fail_request(RlRequest *req, int nnodes, bool sent,
+					   const char *detail)
 {
+	int64_t		now = rl_now_us();
 	RlVote		votes[RL_MAX_NODES];
 
 	req->nnodes = Min(Max(nnodes, 0), RL_MAX_NODES);
@@ -156,6 +177,7 @@ rl_shared_fail_request(RlRequest *req, int nnodes, const char *detail)
 
 		rl_node_result_init(res);
 		res->vote = RL_VOTE_FAILED;
+		res->asked_us = (sent && !req->skip[i]) ? now : 0;
 		res->outcome = req->skip[i] ? RL_OUTCOME_NONE : RL_OUTCOME_OTHER;
 		strlcpy(res->detail, req->skip[i] ? "not asked" : detail,
 				sizeof(res->detail));
@@ -205,8 +227,9 @@ shared_detach(int code, Datum arg)
 
 /*
  * The dispatcher starts: its latch is the one backends set; the rounds a
- * predecessor took and never finished fail.  False without the shared
- * memory (not preloaded).
+ * predecessor took and never finished fail; its rounds are tagged above
+ * every tag a predecessor completed.  False without the shared memory
+ * (not preloaded).
  */
 bool
 rl_shared_attach(void)
@@ -222,42 +245,49 @@ rl_shared_attach(void)
 
 	/*
 	 * The predecessor's connections are closed: every round it sent is
-	 * answered or failed, and its tags (a count of its own) mean nothing to
-	 * this worker's.
+	 * answered or failed.  Its tags stay in the backends' last tags, below
+	 * every tag of ours: no slot is written but those it left running,
+	 * which are the dispatcher's (a backend frees a running slot only while
+	 * no dispatcher is attached, under the mutex).
 	 */
+	rl_nodes_tags_above(pg_atomic_read_u64(&rl_shared->tag_high));
 	pg_atomic_write_u64(&rl_shared->oldest_owed, PG_UINT64_MAX);
 	for (int i = 0; i < rl_shared->nslots; i++)
 	{
 		RlSharedSlot *s = &rl_shared->slots[i];
 
 		if (pg_atomic_read_u32(&s->state) != RL_SLOT_RUNNING)
-		{
-			s->req.tag = 0;
 			continue;
-		}
 		pg_read_barrier();
-		rl_shared_fail_request(&s->req, s->nnodes,
+		rl_shared_fail_request(&s->req, s->nnodes, true,
 					 "the dispatcher worker exited before answering");
-		s->req.tag = 0;
 		slot_finish(s, RL_SLOT_RUNNING);
 	}
 	return true;
 }
 
+/*
+ * Which rounds the dispatcher takes: none (not ready), or those of the
+ * backends whose settings have this fingerprint.  Written under the mutex,
+ * under which rounds are queued: once it returns, no round of other
+ * settings joins the ring.
+ */
 void
 rl_shared_publish(bool ready, uint64_t fingerprint, bool duplicates)
 {
 	if (rl_shared == NULL)
 		return;
+	SpinLockAcquire(&rl_shared->mutex);
 	if (!ready)
-	{
 		pg_atomic_write_u32(&rl_shared->ready, 0);
-		return;
+	else
+	{
+		pg_atomic_write_u64(&rl_shared->fingerprint, fingerprint);
+		pg_atomic_write_u32(&rl_shared->duplicates, duplicates ? 1 : 0);
+		pg_write_barrier();
+		pg_atomic_write_u32(&rl_shared->ready, 1);
 	}
-	pg_atomic_write_u64(&rl_shared->fingerprint, fingerprint);
-	pg_atomic_write_u32(&rl_shared->duplicates, duplicates ? 1 : 0);
-	pg_write_barrier();
-	pg_atomic_write_u32(&rl_shared->ready, 1);
+	SpinLockRelease(&rl_shared->mutex);
 }
 
 void
@@ -307,9 +337,9 @@ rl_shared_take(RlRequest **reqs, int max, uint64_t fingerprint)
 		pg_read_barrier();
 		if (s->fingerprint != fingerprint)
 		{
-			rl_shared_fail_request(&s->req, s->nnodes,
+			/* not queued so (rl_shared_queue_slot): never sent */
+			rl_shared_fail_request(&s->req, s->nnodes, false,
 						 "the dispatcher worker's node settings changed before the round ran");
-			s->req.tag = 0;
 			slot_finish(s, RL_SLOT_RUNNING);
 			continue;
 		}
@@ -320,11 +350,94 @@ rl_shared_take(RlRequest **reqs, int max, uint64_t fingerprint)
 	return out;
 }
 
-/* The round is decided: back to its backend. */
+/*
+ * The round is decided: back to its backend, its tag the backend's last
+ * (and the highest, for a successor) before.
+ */
 void
 rl_shared_complete(RlRequest *req)
 {
-	slot_finish(slot_of(req), RL_SLOT_RUNNING);
+	RlSharedSlot *s = slot_of(req);
+
+	/* rounds of a batch end in any order: the greatest tag is the last */
+	if (s->owner >= 0 && s->owner < rl_shared_procs() &&
+		req->tag > pg_atomic_read_u64(&rl_shared_last_tags()[s->owner]))
+		pg_atomic_write_u64(&rl_shared_last_tags()[s->owner], req->tag);
+	if (req->tag > pg_atomic_read_u64(&rl_shared->tag_high))
+		pg_atomic_write_u64(&rl_shared->tag_high, req->tag);
+	slot_finish(s, RL_SLOT_RUNNING);
+}
+
+/*
+ * The commands the dispatcher kept for nodes it could not reach, handed to
+ * its successor in shared memory: each a record of its node's name and
+ * the command (RL_SHARED_KEPT_BYTES in all: what does not fit is lost, as
+ * when a node's own list of them overflows).  Only the dispatcher reads or
+ * writes them, and one dispatcher runs at a time.
+ */
+typedef struct RlKeptRecord
+{
+	uint16		namelen;
+	int32		cmdlen;
+	/* then the name and the command */
+} RlKeptRecord;
+
+static void
+save_kept(const char *node_name, const char *cmd, int len, void *arg)
+{
+	RlKeptRecord rec;
+	char	   *at = rl_shared_kept() + rl_shared->kept_used;
+	size_t		need;
+
+	rec.namelen = (uint16) strlen(node_name);
+	rec.cmdlen = len;
+	need = sizeof(rec) + rec.namelen + len;
+	if (len <= 0 || rl_shared->kept_used + need > RL_SHARED_KEPT_BYTES)
+		return;
+	memcpy(at, &rec, sizeof(rec));
+	memcpy(at + sizeof(rec), node_name, rec.namelen);
+	memcpy(at + sizeof(rec) + rec.namelen, cmd, len);
+	rl_shared->kept_used += need;
+	rl_shared->nkept++;
+}
+
+/* The dispatcher exits, its connections closed: hand on what it kept. */
+void
+rl_shared_save_kept(void)
+{
+	if (rl_shared == NULL)
+		return;
+	rl_shared->nkept = 0;
+	rl_shared->kept_used = 0;
+	rl_nodes_hand_kept(save_kept, NULL);
+}
+
+/*
+ * The dispatcher connects to its nodes: take what a predecessor kept, for
+ * the nodes of the same names (the others' are dropped).
+ */
+void
+rl_shared_load_kept(void)
+{
+	const char *at;
+	char		name[RL_MAX_HOST_LEN + 16];
+
+	if (rl_shared == NULL)
+		return;
+	at = rl_shared_kept();
+	for (int i = 0; i < rl_shared->nkept; i++)
+	{
+		RlKeptRecord rec;
+
+		memcpy(&rec, at, sizeof(rec));
+		memcpy(name, at + sizeof(rec), Min(rec.namelen, sizeof(name) - 1));
+		name[Min(rec.namelen, sizeof(name) - 1)] = '\0';
+		(void) rl_nodes_take_kept(name, at + sizeof(rec) + rec.namelen,
+								  rec.cmdlen);
+		at += sizeof(rec) + rec.namelen + rec.cmdlen;
+	}
+	rl_shared->nkept = 0;
+	rl_shared->kept_used = 0;
 }
 
 /*

@@ -44,6 +44,14 @@ extern void rl_shared_publish_oldest_owed(uint64_t oldest);
 extern int	rl_shared_take(RlRequest **reqs, int max, uint64_t fingerprint);
 extern void rl_shared_complete(RlRequest *req);
 
+/*
+ * The must-deliver commands the dispatcher kept for nodes it could not
+ * reach: saved when it exits (its connections closed), loaded by the next
+ * one once it has its node list, for the nodes of the same names.
+ */
+extern void rl_shared_save_kept(void);
+extern void rl_shared_load_kept(void);
+
 /* Rounds run on the shared connections and on the backends' own, so far. */
 extern bool rl_shared_rounds_counts(uint64_t *shared, uint64_t *own);
 

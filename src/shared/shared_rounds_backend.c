@@ -12,12 +12,15 @@
  * takes the shared connections only while RL_SHARED_MIN_OTHERS other
  * rounds are under way, the round can go there, and its own connections
  * owe nothing; it comes back once every round it handed over is done and
- * answered everywhere.  A round that cannot go through the dispatcher
- * while the backend is in shared mode waits for that (up to node_timeout),
- * then runs on the backend's own connections anyway.  A round the worker
- * has not taken within node_timeout (a worker stopped or stuck) is taken
- * back and runs on the backend's own connections, which it keeps until the
- * worker takes rounds again (shared_rounds_queue.c).
+ * answered everywhere, never while one is queued, running or owed a reply
+ * there.  A round that cannot go through the dispatcher while the backend
+ * is in shared mode waits for that (node_timeout on a no-throw path, the
+ * time of a round otherwise), and fails without being sent if the worker
+ * still holds a round of the backend then.  A round the worker has not
+ * taken within node_timeout (a worker stopped or stuck) is taken back,
+ * with the backend's other queued rounds, when nothing else of it is in the
+ * worker's hands, and runs on the backend's own connections, which it
+ * keeps until the worker takes rounds again (shared_rounds_queue.c).
  *
  * Every wait here is bounded and wakes on the latch; interrupts are served
  * unless the round is a no-throw one (commit, abort, exit).  A wake-up
@@ -161,19 +164,27 @@ dispatcher_usable(void)
 }
 
 /*
- * Every round this backend handed over is done, and answered by (or
- * failed on) every node: its tag is below the oldest the worker's
- * connections still owe (published before the round was completed).
+ * Nothing this backend handed over is in the worker's hands: none of its
+ * rounds is queued or running, and every one the worker completed is
+ * answered by (or failed on) every node (rl_shared_my_tags_answered).
+ * Rounds a departed dispatcher left running are taken back first.
  */
 static bool
 my_slots_settled(void)
 {
 	RlSharedSlot *mine = rl_shared_my_slots();
+	bool		orphans_taken = false;
 
 	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
 	{
 		uint32		state = pg_atomic_read_u32(&mine[k].state);
 
+		if (state == RL_SLOT_RUNNING && !orphans_taken && !dispatcher_alive())
+		{
+			rl_shared_forsake_orphans();
+			orphans_taken = true;
+			state = pg_atomic_read_u32(&mine[k].state);
+		}
 		if (state == RL_SLOT_QUEUED || state == RL_SLOT_RUNNING)
 			return false;
 	}
@@ -181,58 +192,74 @@ my_slots_settled(void)
 }
 
 /*
- * Wait until my_slots_settled, up to node_timeout, then take back what the
- * worker has not taken (reclaim); *woken: the latch was set.
+ * Before a round of ours goes out on our own connections while we were on
+ * the shared ones: wait until my_slots_settled, taking back what the worker
+ * has not taken within node_timeout (rl_shared_reclaim).  Bounded: a
+ * no-throw round (commit, abort, exit) waits node_timeout, another the time
+ * of a round.  True: our own connections may be used; false: the worker
+ * still holds a round of ours.  *woken: the latch was set.
  */
-static void
-wait_settled(bool nothrow, bool *woken)
+static bool
+await_settled(bool nothrow, bool *woken)
 {
-	int64_t		deadline = rl_now_us() + (int64_t) rl_node_timeout_ms * 1000;
+	int64_t		start = rl_now_us();
+	int64_t		take_by = start + (int64_t) rl_node_timeout_ms * 1000;
+	int64_t		deadline = nothrow ? take_by : round_bound_us(start);
 
-	while (!my_slots_settled() && rl_now_us() < deadline)
+	for (;;)
+	{
+		int64_t		now;
+
+		if (my_slots_settled())
+			return true;
+		now = rl_now_us();
+		if (now >= take_by && rl_shared_reclaim(NULL))
+			return my_slots_settled();
+		if (now >= deadline)
+			return false;
 		if (nap(1, nothrow))
 			*woken = true;
-	if (!my_slots_settled())
-		(void) rl_shared_reclaim(NULL);
+	}
 }
 
 /*
- * A slot of this backend to fill: FREE, or DONE (left by a round given
- * up).  When all are busy, wait for the next in turn, within the time of a
- * round; NULL if none came free.
+ * A slot of this backend to fill (rl_shared_slot_usable).  A round that
+ * need not be delivered leaves the last one free: a command that must be,
+ * the withdrawal of an attempt the worker holds, always finds room behind
+ * it.  When too few are free, wait within the time of a round; NULL if
+ * none came free.
  */
 static RlSharedSlot *
-my_free_slot(bool nothrow, bool *woken)
+my_free_slot(bool must_deliver, bool nothrow, bool *woken)
 {
 	RlSharedSlot *mine = rl_shared_my_slots();
 	int64_t		deadline = round_bound_us(rl_now_us());
-	RlSharedSlot *s;
 
-	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
-	{
-		int			i = (next_slot + k) % RL_SHARED_SLOTS_PER_BACKEND;
-		uint32		state = pg_atomic_read_u32(&mine[i].state);
-
-		if (state == RL_SLOT_FREE || state == RL_SLOT_DONE)
-		{
-			next_slot = (i + 1) % RL_SHARED_SLOTS_PER_BACKEND;
-			return &mine[i];
-		}
-	}
-	s = &mine[next_slot];
 	for (;;)
 	{
-		uint32		state = pg_atomic_read_u32(&s->state);
+		int			first = -1;
+		int			usable = 0;
 
-		if (state == RL_SLOT_FREE || state == RL_SLOT_DONE)
-			break;
+		for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
+		{
+			int			i = (next_slot + k) % RL_SHARED_SLOTS_PER_BACKEND;
+
+			if (!rl_shared_slot_usable(i))
+				continue;
+			if (first < 0)
+				first = i;
+			usable++;
+		}
+		if (usable >= (must_deliver ? 1 : 2))
+		{
+			next_slot = (first + 1) % RL_SHARED_SLOTS_PER_BACKEND;
+			return &mine[first];
+		}
 		if (rl_now_us() >= deadline)
 			return NULL;
 		if (nap(1, nothrow))
 			*woken = true;
 	}
-	next_slot = (next_slot + 1) % RL_SHARED_SLOTS_PER_BACKEND;
-	return s;
 }
 
 /* Copy the request's input into the slot (request_fits said it fits). */
@@ -270,6 +297,35 @@ fill_slot(RlSharedSlot *s, const RlRequest *req, bool wait)
 }
 
 /*
+ * The round handed over is given up (its time is over, or the dispatcher
+ * is gone): req fails, saying why, and whether it may have reached the
+ * nodes.  A must-deliver round still queued stays queued: the worker sends
+ * it once it takes rounds again (or its successor does: the ring outlives
+ * it).
+ */
+static bool
+give_up(RlSharedSlot *s, RlRequest *req, const char *why)
+{
+	switch (rl_shared_give_up(s, req->must_deliver))
+	{
+		case RL_SLOT_DONE:
+			return true;		/* finished after all */
+		case RL_SLOT_FREE:
+			rl_shared_fail_request(req, rl_nodes_count(), false, why);
+			break;
+		case RL_SLOT_QUEUED:
+			rl_shared_fail_request(req, rl_nodes_count(), true,
+								   "the dispatcher worker did not take the command in time; it stays in its queue");
+			break;
+		case RL_SLOT_RUNNING:
+			rl_shared_fail_request(req, rl_nodes_count(), true, why);
+			break;
+	}
+	req->tag = 0;
+	return false;
+}
+
+/*
  * Wait for the queued round's results, into req.  Bounded: the round's own
  * time (its deadline, or two attempts at every node) and a second more
  * while the dispatcher lives; node_timeout once it is gone.  A round the
@@ -283,8 +339,6 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 	int64_t		cap = Max(req->deadline_us, round_bound_us(start)) + 1000000;
 	int64_t		take_by = start + (int64_t) rl_node_timeout_ms * 1000;
 	int64_t		gone_until = 0;
-	bool		done = false;
-	const char *why = NULL;
 
 	for (;;)
 	{
@@ -293,10 +347,7 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 		uint32		state = pg_atomic_read_u32(&s->state);
 
 		if (state == RL_SLOT_DONE)
-		{
-			done = true;
 			break;
-		}
 		now = rl_now_us();
 		if (state == RL_SLOT_QUEUED && now >= take_by && rl_shared_reclaim(s))
 			return false;
@@ -306,18 +357,18 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 				gone_until = now + (int64_t) rl_node_timeout_ms * 1000;
 			if (now >= gone_until)
 			{
-				why = "the dispatcher worker exited before answering";
-				done = rl_shared_give_up(s);
-				break;
+				if (give_up(s, req, "the dispatcher worker exited before answering"))
+					break;
+				return true;
 			}
 		}
 		else
 			gone_until = 0;
 		if (now >= cap)
 		{
-			why = "the dispatcher worker did not answer in time";
-			done = rl_shared_give_up(s);
-			break;
+			if (give_up(s, req, "the dispatcher worker did not answer in time"))
+				break;
+			return true;
 		}
 		next = (state == RL_SLOT_QUEUED && take_by > now) ? Min(cap, take_by) : cap;
 		if (nap((long) Min((next - now + 999) / 1000, 100), req->nothrow) &&
@@ -325,12 +376,6 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 			*woken = true;
 	}
 
-	if (!done)
-	{
-		rl_shared_fail_request(req, rl_nodes_count(), why);
-		req->tag = 0;
-		return true;
-	}
 	pg_read_barrier();
 	req->tag = s->req.tag;
 	req->nnodes = Min(Max(s->req.nnodes, 0), RL_MAX_NODES);
@@ -344,32 +389,82 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 	return true;
 }
 
-/* Hand the round to the dispatcher; false: it runs on our own connections. */
-static bool
+/* What became of a round offered to the dispatcher (run_shared) */
+typedef enum RlHanded
+{
+	RL_HANDED,					/* queued (and, with wait, done or failed:
+								 * req holds its results) */
+	RL_HANDED_NO_SLOT,			/* no slot of ours came free in time */
+	RL_HANDED_REFUSED,			/* no dispatcher, or it takes no rounds of
+								 * our settings now */
+	RL_HANDED_BACK				/* taken back from a worker that did not
+								 * take it: ours to run */
+} RlHanded;
+
+static RlHanded
 run_shared(RlRequest *req, bool wait)
 {
 	bool		woken = false;
 	RlSharedSlot *s;
+	RlHanded	handed = RL_HANDED;
 
-	s = my_free_slot(req->nothrow, &woken);
-	if (s != NULL)
+	s = my_free_slot(req->must_deliver, req->nothrow, &woken);
+	if (s == NULL)
+		handed = RL_HANDED_NO_SLOT;
+	else
 	{
 		fill_slot(s, req, wait);
 		if (!rl_shared_queue_slot(s))
-			s = NULL;
+			handed = RL_HANDED_REFUSED;
 		else if (wait && !await_slot(s, req, &woken))
-			s = NULL;			/* taken back: ours to run */
+			handed = RL_HANDED_BACK;
 	}
 	/* a wake-up that was not ours is for our caller (a lease waiter) */
 	if (woken)
 		SetLatch(MyLatch);
-	return s != NULL;
+	return handed;
+}
+
+/*
+ * Leave the shared connections for this round, which does not go through
+ * the dispatcher.  Nothing of ours may be in the worker's hands: unless
+ * waited already (for a slot), wait for that (await_settled).  False: the
+ * worker still holds a round of ours, and this one must not overtake it on
+ * our own connections: it fails without being sent (a release or
+ * withdrawal lost so leaves its lock to its TTL; a worker that holds a
+ * round that long fails the calls anyway).
+ */
+static bool
+leave_shared(RlRequest *req, bool waited)
+{
+	bool		woken = false;
+	bool		settled;
+
+	if (waited)
+		settled = my_slots_settled() ||
+			(rl_shared_reclaim(NULL) && my_slots_settled());
+	else
+		settled = await_settled(req->nothrow, &woken);
+	if (woken)
+		SetLatch(MyLatch);
+	if (settled)
+	{
+		shared_mode = false;
+		return true;
+	}
+	rl_shared_fail_request(req, rl_nodes_count(), false,
+						   "not sent: the dispatcher worker still holds an earlier round of this session");
+	req->tag = 0;
+	return false;
 }
 
 /*
  * The round hook: is this round for the dispatcher?  Decides the backend's
  * mode (its own connections or the shared ones) and keeps it as long as
- * it can; see the file header.
+ * it can; see the file header.  A backend on the shared connections goes
+ * back to its own only once nothing of it is in the worker's hands (or it
+ * took back all it had queued there): never while a round of it is
+ * queued, running, or owed a reply on the worker's connections.
  */
 static bool
 shared_run_elsewhere(RlRequest *req, bool wait)
@@ -421,45 +516,29 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 		if (eligible && !rl_shared_bypassing() && rl_nodes_quiet())
 			shared_mode = true;
 	}
-	else if (!eligible || !busy)
-	{
-		if (my_slots_settled())
-			shared_mode = false;
-		else if (!eligible)
-		{
-			bool		woken = false;
+	else if ((!eligible || !busy) && my_slots_settled())
+		shared_mode = false;
 
-			wait_settled(req->nothrow, &woken);
-			if (woken)
-				SetLatch(MyLatch);
-			shared_mode = false;
-		}
-	}
-
-	if (shared_mode && eligible)
+	if (shared_mode)
 	{
-		if (run_shared(req, wait))
+		RlHanded	handed = eligible ? run_shared(req, wait) : RL_HANDED_REFUSED;
+
+		if (handed == RL_HANDED)
 		{
 			pg_atomic_fetch_add_u64(&rl_shared->shared_rounds, 1);
 			uncount();
 			return true;
 		}
-		/*
-		 * No slot came free, or no dispatcher: back to our own connections,
-		 * once what we handed over is answered (bounded, as a switch).
-		 */
+		if (!leave_shared(req, handed == RL_HANDED_NO_SLOT))
 		{
-			bool		woken = false;
-
-			wait_settled(req->nothrow, &woken);
-			if (woken)
-				SetLatch(MyLatch);
+			uncount();
+			return true;		/* failed without being sent */
 		}
-		shared_mode = false;
 	}
 	pg_atomic_fetch_add_u64(&rl_shared->own_rounds, 1);
 	return false;				/* own_done uncounts */
 }
+
 
 static void
 shared_own_done(void)

@@ -46,7 +46,9 @@ typedef struct RlSharedSlot
 
 typedef struct RlSharedRounds
 {
-	slock_t		mutex;			/* the ring, the dispatcher's procno */
+	slock_t		mutex;			/* the ring, the dispatcher's procno, and
+								 * which rounds it takes (ready, fingerprint:
+								 * written under it, read atomically) */
 	int			nslots;
 	int			head;			/* next slot index to take */
 	int			count;			/* indices in the ring */
@@ -58,12 +60,27 @@ typedef struct RlSharedRounds
 	pg_atomic_uint32 duplicates;
 	pg_atomic_uint64 fingerprint;
 	pg_atomic_uint64 oldest_owed;
+	pg_atomic_uint64 tag_high;	/* the highest tag of a round completed: a
+								 * new dispatcher tags its rounds above it */
 	pg_atomic_uint32 rounds_in_flight;	/* backends' rounds under way */
 	pg_atomic_uint64 shared_rounds;
 	pg_atomic_uint64 own_rounds;
+	int			nkept;			/* commands in kept (a dispatcher's, for
+								 * its successor) */
+	int			kept_used;		/* bytes of kept in use */
 	RlSharedSlot slots[FLEXIBLE_ARRAY_MEMBER];
-	/* then the ring: nslots ints */
+
+	/*
+	 * Then, each MAXALIGN'd: the ring (nslots ints); last_tag, one
+	 * pg_atomic_uint64 per PGPROC (the greatest tag of the process's
+	 * rounds that the dispatcher completed; written by the dispatcher
+	 * alone); kept (RL_SHARED_KEPT_BYTES: the commands a dispatcher kept
+	 * for nodes it could not reach, handed to the next one).
+	 */
 } RlSharedRounds;
+
+/* room for the commands a dispatcher hands to its successor */
+#define RL_SHARED_KEPT_BYTES	(64 * 1024)
 
 extern RlSharedRounds *rl_shared;	/* NULL: not preloaded */
 
@@ -78,7 +95,21 @@ rl_shared_procs(void)
 static inline int *
 rl_shared_ring(void)
 {
-	return (int *) &rl_shared->slots[rl_shared->nslots];
+	return (int *) MAXALIGN(&rl_shared->slots[rl_shared->nslots]);
+}
+
+/* the tag of each process's last round completed, after the ring */
+static inline pg_atomic_uint64 *
+rl_shared_last_tags(void)
+{
+	return (pg_atomic_uint64 *) MAXALIGN(rl_shared_ring() + rl_shared->nslots);
+}
+
+/* the kept commands, after the tags */
+static inline char *
+rl_shared_kept(void)
+{
+	return (char *) MAXALIGN(rl_shared_last_tags() + rl_shared_procs());
 }
 
 /* this backend's slots */
@@ -89,41 +120,51 @@ rl_shared_my_slots(void)
 }
 
 /*
- * Every round in this backend's slots is answered by (or failed on) every
- * node: its tag is below the oldest the worker's connections still owe
- * (published before a round is completed; a round never sent has tag 0).
- * Call after reading the slots' states.
+ * Every round of this backend that the dispatcher completed is answered by
+ * (or failed on) every node: the tag of the last one is below the oldest
+ * the worker's connections still owe (published before a round is
+ * completed), or no dispatcher is attached (its connections closed before
+ * it detached).  Call after reading the slots' states: a round running is
+ * not counted here.
  */
 static inline bool
 rl_shared_my_tags_answered(void)
 {
-	RlSharedSlot *mine = rl_shared_my_slots();
+	uint64_t	last;
 	uint64_t	oldest;
+	int			procno;
 
 	pg_read_barrier();
 	oldest = pg_atomic_read_u64(&rl_shared->oldest_owed);
-	for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
-		if (mine[k].req.tag >= oldest)
-			return false;
-	return true;
+	last = pg_atomic_read_u64(&rl_shared_last_tags()[rl_my_procno()]);
+	if (last < oldest)
+		return true;
+	SpinLockAcquire(&rl_shared->mutex);
+	procno = rl_shared->dispatcher_procno;
+	SpinLockRelease(&rl_shared->mutex);
+	return procno < 0;
 }
 
 extern void rl_shared_shmem_init(void);
-extern void rl_shared_fail_request(RlRequest *req, int nnodes,
+extern void rl_shared_fail_request(RlRequest *req, int nnodes, bool sent,
 								   const char *detail);
 
 /*
- * A backend's rounds in the queue (shared_rounds_queue.c): queue a filled
- * slot (false: not queued, FREE again); give up a round not done (true: it
- * finished after all); take back what the worker has not taken
- * (rl_shared_reclaim, true: taken back, current is the caller's to run);
- * whether the backend stays on its own connections since.  Resending is
- * set while rounds taken back go out on the backend's own connections.
+ * A backend's rounds in the queue (shared_rounds_queue.c): whether a slot
+ * can be filled; queue a filled slot (false: not queued, FREE again); give
+ * up a round not done (keep: a queued must-deliver round stays queued);
+ * take back what the worker has not taken (rl_shared_reclaim, true: taken
+ * back, current is the caller's to run); whether the backend stays on its
+ * own connections since; the rounds a departed dispatcher left running
+ * ours again.  Resending is set while rounds taken back go out on the
+ * backend's own connections.
  */
 extern bool rl_shared_resending;
+extern bool rl_shared_slot_usable(int k);
 extern bool rl_shared_queue_slot(RlSharedSlot *s);
-extern bool rl_shared_give_up(RlSharedSlot *s);
+extern RlSlotState rl_shared_give_up(RlSharedSlot *s, bool keep);
 extern bool rl_shared_reclaim(RlSharedSlot *current);
 extern bool rl_shared_bypassing(void);
+extern void rl_shared_forsake_orphans(void);
 
 #endif							/* REDLOCK_SHARED_ROUNDS_INTERNAL_H */

@@ -26,12 +26,52 @@ static uint64 queue_count = 0;	/* rounds queued so far */
 static uint64 queued_as[RL_SHARED_SLOTS_PER_BACKEND];	/* each slot's */
 
 /*
+ * Each slot's last ring entry, and whether it was withdrawn from the ring
+ * (given up or taken back while queued): its entry stays in the ring, and
+ * the worker, reaching it, would take whatever the slot holds then.  So a
+ * slot withdrawn is filled again only once the worker has taken past its
+ * entry (rl_shared_slot_usable): a later round of it never runs ahead of
+ * the rounds queued in between.
+ */
+static uint64 entry_of[RL_SHARED_SLOTS_PER_BACKEND];
+static bool withdrawn[RL_SHARED_SLOTS_PER_BACKEND];
+
+/* entries taken from the ring so far */
+static uint64
+ring_taken(void)
+{
+	uint64		taken;
+
+	SpinLockAcquire(&rl_shared->mutex);
+	taken = rl_shared->taken;
+	SpinLockRelease(&rl_shared->mutex);
+	return taken;
+}
+
+/* Slot k of ours is FREE or DONE, and no entry of the ring names it. */
+bool
+rl_shared_slot_usable(int k)
+{
+	uint32		state = pg_atomic_read_u32(&rl_shared_my_slots()[k].state);
+
+	if (state != RL_SLOT_FREE && state != RL_SLOT_DONE)
+		return false;
+	if (withdrawn[k] && ring_taken() > entry_of[k])
+		withdrawn[k] = false;
+	return !withdrawn[k];
+}
+
+/*
  * Queue the filled slot and wake the dispatcher.  False when there is no
- * dispatcher or no room in the ring: the slot is FREE again.
+ * dispatcher, no room in the ring, or the dispatcher does not take rounds
+ * of these settings now (it is reloading its own): the slot is FREE again.
+ * The settings are checked under the mutex the dispatcher publishes them
+ * under, so no round of other settings than its own joins the ring.
  */
 bool
 rl_shared_queue_slot(RlSharedSlot *s)
 {
+	int			k = s - rl_shared_my_slots();
 	int			procno;
 	bool		queued = false;
 	uint32		expected = RL_SLOT_QUEUED;
@@ -40,21 +80,22 @@ rl_shared_queue_slot(RlSharedSlot *s)
 	pg_atomic_write_u32(&s->state, RL_SLOT_QUEUED);
 	SpinLockAcquire(&rl_shared->mutex);
 	procno = rl_shared->dispatcher_procno;
-	if (procno >= 0 && rl_shared->count < rl_shared->nslots)
+	if (procno >= 0 && rl_shared->count < rl_shared->nslots &&
+		pg_atomic_read_u32(&rl_shared->ready) != 0 &&
+		pg_atomic_read_u64(&rl_shared->fingerprint) == s->fingerprint)
 	{
 		rl_shared_ring()[(rl_shared->head + rl_shared->count) % rl_shared->nslots] =
 			(int) (s - rl_shared->slots);
-		last_entry = rl_shared->taken + rl_shared->count;
+		last_entry = entry_of[k] = rl_shared->taken + rl_shared->count;
 		rl_shared->count++;
 		queued = true;
 	}
 	SpinLockRelease(&rl_shared->mutex);
-	queued_as[s - rl_shared_my_slots()] = ++queue_count;
+	queued_as[k] = ++queue_count;
 
 	/*
-	 * Not queued: withdrawn, unless the worker took it already through an
-	 * entry of the ring left by an earlier round given up while queued (it
-	 * runs what we just filled in).
+	 * Not queued: withdrawn (no entry of the ring names it: a withdrawn slot
+	 * is not filled again before the worker passed its entry).
 	 */
 	if (!queued &&
 		pg_atomic_compare_exchange_u32(&s->state, &expected, RL_SLOT_FREE))
@@ -64,32 +105,72 @@ rl_shared_queue_slot(RlSharedSlot *s)
 	return true;
 }
 
-/*
- * The round was handed over and is not done: give it up.  A queued one is
- * withdrawn; a running one is left to a live dispatcher (which completes
- * it), or taken back when no dispatcher runs (under the mutex: a new one
- * that starts fails it, or takes it, only once it has announced itself).
- * Returns true if it finished after all (the results are in the slot).
- */
-bool
-rl_shared_give_up(RlSharedSlot *s)
+/* QUEUED -> FREE: true if it was still queued (the worker had not taken it) */
+static bool
+withdraw(RlSharedSlot *s)
 {
 	uint32		expected = RL_SLOT_QUEUED;
-	bool		done;
 
-	if (pg_atomic_compare_exchange_u32(&s->state, &expected, RL_SLOT_FREE))
+	if (!pg_atomic_compare_exchange_u32(&s->state, &expected, RL_SLOT_FREE))
 		return false;
-	if (expected != RL_SLOT_RUNNING)
-		return expected == RL_SLOT_DONE;
+	withdrawn[s - rl_shared_my_slots()] = true;
+	return true;
+}
+
+/*
+ * The round was handed over and is not done: give it up.  A queued one is
+ * withdrawn, unless keep (a must-deliver command: the worker sends it when
+ * it takes it); a running one is left to a live dispatcher (which
+ * completes it), or taken back when no dispatcher runs (under the mutex: a
+ * new one that starts fails it, or takes it, only once it has announced
+ * itself).  Returns what became of it: FREE (withdrawn, never sent), DONE
+ * (it finished after all: the results are in the slot), QUEUED (kept in
+ * the queue) or RUNNING (left to the worker, or taken back from a departed
+ * one: it may have been sent).
+ */
+RlSlotState
+rl_shared_give_up(RlSharedSlot *s, bool keep)
+{
+	uint32		state;
+
+	if (!keep && withdraw(s))
+		return RL_SLOT_FREE;
 	SpinLockAcquire(&rl_shared->mutex);
-	if (rl_shared->dispatcher_procno < 0)
+	state = pg_atomic_read_u32(&s->state);
+	if (state == RL_SLOT_RUNNING && rl_shared->dispatcher_procno < 0)
+	{
+		uint32		expected = RL_SLOT_RUNNING;
+
+		/* ours again (nobody else moves it now); it may have been sent */
 		(void) pg_atomic_compare_exchange_u32(&s->state, &expected,
 											  RL_SLOT_FREE);
-	else
-		expected = pg_atomic_read_u32(&s->state);
+	}
 	SpinLockRelease(&rl_shared->mutex);
-	done = expected == RL_SLOT_DONE;
-	return done;
+	return (RlSlotState) state;
+}
+
+/*
+ * No dispatcher is attached: the rounds of ours it left running are ours
+ * again (its connections closed before it detached; a new one would fail
+ * them).  Nobody waits for them here.
+ */
+void
+rl_shared_forsake_orphans(void)
+{
+	RlSharedSlot *mine = rl_shared_my_slots();
+
+	SpinLockAcquire(&rl_shared->mutex);
+	if (rl_shared->dispatcher_procno < 0)
+	{
+		for (int k = 0; k < RL_SHARED_SLOTS_PER_BACKEND; k++)
+		{
+			uint32		expected = RL_SLOT_RUNNING;
+
+			(void) pg_atomic_compare_exchange_u32(&mine[k].state, &expected,
+												  RL_SLOT_FREE);
+		}
+	}
+	SpinLockRelease(&rl_shared->mutex);
 }
 
 /*
@@ -127,6 +208,10 @@ rl_shared_reclaim(RlSharedSlot *current)
 
 		if (state == RL_SLOT_RUNNING)
 			return false;
+		/* sent on our connections, it must go where it was meant to */
+		if (state == RL_SLOT_QUEUED &&
+			mine[k].fingerprint != rl_nodes_settings_fingerprint())
+			return false;
 		if (state == RL_SLOT_QUEUED)
 		{
 			int			j = n++;
@@ -146,13 +231,8 @@ rl_shared_reclaim(RlSharedSlot *current)
 		return false;
 
 	for (got = 0; got < n; got++)
-	{
-		uint32		expected = RL_SLOT_QUEUED;
-
-		if (!pg_atomic_compare_exchange_u32(&mine[order[got]].state,
-											&expected, RL_SLOT_FREE))
+		if (!withdraw(&mine[order[got]]))
 			break;
-	}
 	if (got < n)
 	{
 		/* the worker took one: the newer ones go back behind it */
@@ -191,15 +271,7 @@ rl_shared_reclaim(RlSharedSlot *current)
 bool
 rl_shared_bypassing(void)
 {
-	if (bypass)
-	{
-		uint64		taken;
-
-		SpinLockAcquire(&rl_shared->mutex);
-		taken = rl_shared->taken;
-		SpinLockRelease(&rl_shared->mutex);
-		if (taken > last_entry)
-			bypass = false;
-	}
+	if (bypass && ring_taken() > last_entry)
+		bypass = false;
 	return bypass;
 }

@@ -19,7 +19,13 @@
  * workers, and publishes it (as the fingerprint of the node settings) with
  * whether it is ready and whether the list names one server twice: a
  * backend hands over a round only when its own settings are the same.
- * When redlock.nodes is empty it is not ready and only waits.
+ * When redlock.nodes is empty it is not ready and only waits.  When a
+ * reload changes its settings, it takes no more rounds of the old ones,
+ * runs those queued on its old connections, and only then connects to the
+ * new: nothing queued is failed for the change.  The releases it keeps for
+ * a node it cannot reach stay with the node if it stays in the list, and
+ * at exit go to the next dispatcher (rl_shared_save_kept), as the rounds
+ * still queued do (the ring outlives it).
  *
  * Scripts go by their SHA1 on a connection that ran them before, and the
  * node layer knows a script by its address (node_script.c).  A round's
@@ -66,6 +72,7 @@ static int	nscripts = 0;
 
 /* the settings of the worker's connections, while a batch runs */
 static uint64_t settings = 0;
+static bool published = false;	/* the backends queue rounds of settings */
 
 /*
  * Point the round's script (an EVAL marked static_script) at the worker's
@@ -118,12 +125,74 @@ take_rounds(RlRequest **reqs, int max, void *arg)
 	return n;
 }
 
-/* A round is decided: what is still owed first, then the round. */
+/*
+ * A round is decided: what is still owed first, then the round, so that
+ * its backend never finds it done while the oldest owed it reads is one
+ * published before the round was sent (it would go back to its own
+ * connections, and its next command could overtake this one on a node
+ * that has not answered yet).  redlock.debug_complete_delay widens the
+ * gap between the two, for a test of their order.
+ */
 static void
 round_done(RlRequest *req, void *arg)
 {
 	rl_shared_publish_oldest_owed(rl_nodes_oldest_owed());
+	if (rl_debug_complete_delay_ms > 0)
+		pg_usleep((long) rl_debug_complete_delay_ms * 1000);
 	rl_shared_complete(req);
+}
+
+/* Run every round queued (of the settings in force) until none is left. */
+static void
+run_queued(RlRequest **reqs)
+{
+	int			n;
+
+	while ((n = take_rounds(reqs, RL_DISPATCH_BATCH, NULL)) > 0)
+		rl_nodes_run_batch(reqs, n, take_rounds, round_done, NULL);
+	rl_shared_publish_oldest_owed(rl_nodes_oldest_owed());
+}
+
+/*
+ * Exit: let the nodes take what is in flight (bounded by node_timeout),
+ * close the connections, and hand what is kept for the nodes that could
+ * not be reached to the next dispatcher.  Raises nothing.
+ */
+static void
+dispatcher_exit(int code, Datum arg)
+{
+	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
+	rl_nodes_disconnect_all();
+	rl_shared_save_kept();
+}
+
+/* The first time the worker has its nodes: what a predecessor kept. */
+static void
+nodes_first_ready(void)
+{
+	static bool done = false;
+
+	if (!done)
+	{
+		rl_shared_load_kept();
+		before_shmem_exit(dispatcher_exit, (Datum) 0);
+		done = true;
+	}
+}
+
+/*
+ * The server configuration changed the worker's node settings: take no
+ * more rounds of the old ones, and run those queued on the connections
+ * they were queued for before these close.  Nothing queued is failed for
+ * the change; the backends, on their old settings until they read the
+ * configuration again, run their next rounds on their own connections.
+ */
+static void
+settings_change(RlRequest **reqs)
+{
+	rl_shared_publish(false, 0, false);
+	published = false;
+	run_queued(reqs);
 }
 
 void
@@ -143,15 +212,20 @@ redlock_dispatcher_main(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 		rl_worker_reload_config();
 
+		if (published && (!rl_worker_nodes_configured() ||
+						  rl_nodes_settings_fingerprint() != settings))
+			settings_change(reqs);
 		if (rl_worker_nodes_configured())
 		{
 			rl_worker_nodes_ready();
+			nodes_first_ready();
 			settings = rl_nodes_settings_fingerprint();
 			rl_shared_publish(true, settings, rl_nodes_duplicates());
+			published = true;
 		}
 		else
 		{
-			/* rounds queued before the change fail: no settings match */
+			/* not ready: no round is queued */
 			settings = rl_nodes_settings_fingerprint() ^ UINT64CONST(1);
 			rl_shared_publish(false, 0, false);
 		}

@@ -745,16 +745,17 @@ my $run_heals = sub {
 # faults of @kinds until $until: every kind once first, in a random order
 # (one that cannot run now comes again), then at random; then every fault
 # ends (a server in its crash-restart is waited for).  A fault that needs
-# every node in (a wipe of a node two majorities hold alone): once picked,
-# it takes the place of every node fault that has run once until it could
-# run (with the quarantine on, nodes are often out).
+# every node in (two nodes stopped, a wipe of a node two majorities hold
+# alone): once picked and refused, it waits in a queue, and the first there
+# takes the place of every node fault that has run once until it could run
+# (with the quarantine on, nodes are often out).
 my %node_fault = map { $_ => 1 } qw(pause pause2 wipe_bare wipe_crash kill9 wipe part_wipe);
-my %needs_all = map { $_ => 1 } qw(wipe_bare wipe_crash part_wipe);
+my %needs_all = map { $_ => 1 } qw(pause2 wipe_bare wipe_crash part_wipe);
 my $nemesis = sub {
 	my ($until, @kinds) = @_;
 	my @todo = $shuffled->(@kinds);
 	my %did;
-	my $due;
+	my @due;    # faults that need every node in, in the order they waited
 	my $next = time + 0.5;
 	while (time < $until)
 	{
@@ -763,9 +764,13 @@ my $nemesis = sub {
 		if (time >= $next)
 		{
 			my $want = @todo ? shift @todo : $pick->(@kinds);
-			my $kind = $due && $node_fault{$want} && $did{$want} ? $due : $want;
+			my $kind = @due && $node_fault{$want} && $did{$want} ? $due[0] : $want;
 			my $ran = $act{$kind}->();
-			$due = $ran ? undef : $kind if $needs_all{$kind};
+			if ($needs_all{$kind})
+			{
+				@due = grep { $_ ne $kind } @due;
+				push @due, $kind unless $ran || $did{$kind};
+			}
 			$did{$kind} = 1 if $ran;
 			push @todo, $want unless $did{$want};
 			$next = time + 0.3 + rand(1.2);
@@ -1072,7 +1077,8 @@ for my $s ('east', 'west')
 # no backend died but those the nemesis killed with SIGKILL
 for my $pg (@pg)
 {
-	my @bad = grep { !(/server process \(PID (\d+)\) was terminated by signal 9\b/ && $killed{ $pg->name }{$1}) }
+	# (PostgreSQL 18 names it "client backend", 15 "server process")
+	my @bad = grep { !(/(?:server process|client backend) \(PID (\d+)\) was terminated by signal 9\b/ && $killed{ $pg->name }{$1}) }
 	  grep { /terminated by signal|PANIC/ } split /\n/, slurp_file($pg->logfile);
 	is(join("\n", @bad), '', $pg->name . ': no backend crashed but those the nemesis killed');
 }
