@@ -35,6 +35,13 @@
  * handoff (lock_table_remote.c); until it is done no holder here takes the
  * offer up.  A waiter that gives up withdraws its offer from the nodes too.
  *
+ * On the nodes the offers wait in one queue per lock, across servers
+ * (protocol_internal.h, RL_LUA_QUEUE).  A holder passes on how many local
+ * handoffs in a row gave it the lease (in_row): once that is
+ * redlock.local_handoffs, its handoff round goes to the first waiter of
+ * another server there, and queues ours instead (rl_handoff_requeued: the
+ * value becomes our offer on the nodes, as an attempt's would).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -100,6 +107,32 @@ prune_left(void)
 }
 
 /*
+ * Room for one more offer of the wait: a node that has not answered for so
+ * long gets the oldest withdrawn now.
+ */
+static void
+make_room(const char *key)
+{
+	if (rl_left.n < RL_WAIT_OFFERS)
+		return;
+	withdraw_value(key, rl_left.left[0].value, rl_left.left[0].nodes, false);
+	rl_left.left[0].nodes = 0;
+	prune_left();
+}
+
+/* A new offer of the wait, which may be on every node (make_room first). */
+static void
+remember(const char *value)
+{
+	int			nnodes = rl_nodes_count();
+
+	strlcpy(rl_left.left[rl_left.n].value, value, RL_OWNER_LEN + 1);
+	rl_left.left[rl_left.n].nodes = nnodes >= 32 ? ~(uint32) 0 :
+		((uint32) 1 << nnodes) - 1;
+	rl_left.n++;
+}
+
+/*
  * Before an attempt of a lock call that waits: its value and proposal, and
  * the offer it leaves on the nodes that refuse it (rl_offer_value() of its
  * value), with the list of the wait's earlier offers, which the attempt
@@ -109,18 +142,11 @@ prune_left(void)
 void
 rl_handoff_new_offer(int slot, const char *key, RlOffer *offer)
 {
-	int			nnodes = rl_nodes_count();
 	char	   *past = offer->past;
 
 	if (offer->since_us == 0)
 		rl_left.n = 0;			/* a new wait */
-	if (rl_left.n == RL_WAIT_OFFERS)
-	{
-		/* a node that has not answered for so long gets the oldest now */
-		withdraw_value(key, rl_left.left[0].value, rl_left.left[0].nodes, false);
-		rl_left.left[0].nodes = 0;
-		prune_left();
-	}
+	make_room(key);
 	past[0] = '\0';
 	for (int i = 0; i < rl_left.n; i++)
 	{
@@ -134,10 +160,7 @@ rl_handoff_new_offer(int slot, const char *key, RlOffer *offer)
 	offer->proposal = rl_proto_new_proposal();
 	offer->since_us = rl_now_us();
 	offer->px_ms = rl_offer_life_ms();
-	strlcpy(rl_left.left[rl_left.n].value, offer->offered, RL_OWNER_LEN + 1);
-	rl_left.left[rl_left.n].nodes = nnodes >= 32 ? ~(uint32) 0 :
-		((uint32) 1 << nnodes) - 1;
-	rl_left.n++;
+	remember(offer->offered);
 	rl_handoff_remote_offer(slot, offer);
 }
 
@@ -241,24 +264,14 @@ void
 rl_handoff_requeued(int slot, const char *key, RlOffer *offer,
 					const char *value, const RlHandoff *ho)
 {
-	int			nnodes = rl_nodes_count();
 	bool		known = false;
 
 	for (int i = 0; i < rl_left.n && !known; i++)
 		known = strcmp(rl_left.left[i].value, value) == 0;
 	if (!known)
 	{
-		if (rl_left.n == RL_WAIT_OFFERS)
-		{
-			withdraw_value(key, rl_left.left[0].value,
-						   rl_left.left[0].nodes, false);
-			rl_left.left[0].nodes = 0;
-			prune_left();
-		}
-		strlcpy(rl_left.left[rl_left.n].value, value, RL_OWNER_LEN + 1);
-		rl_left.left[rl_left.n].nodes = nnodes >= 32 ? ~(uint32) 0 :
-			((uint32) 1 << nnodes) - 1;
-		rl_left.n++;
+		make_room(key);
+		remember(value);
 	}
 	if (strcmp(offer->local, value) == 0)
 		offer->local[0] = '\0';
