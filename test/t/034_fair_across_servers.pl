@@ -33,6 +33,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedlockTest;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $secs = 10;
 my %sessions = (s1 => 4, s2 => 2, s3 => 3, s4 => 4);
@@ -143,6 +144,12 @@ is($pg{s1}->safe_psql('postgres', "SELECT count(*) FROM redlock_locks WHERE pid 
 	'turns: and still waits');
 $x->query("SELECT redlock_unlock('turns')");
 cmp_ok(got($l2), '>', $tx, 'turns: then the second s1 waiter');
+# (its lease is the value the refused handoff queued: the end of its wait
+# withdraws its other offers, not that one; once it did, and the lock was
+# gone from the nodes while the waiter held it)
+usleep(300_000);
+is(join(' ', map { /:(\d+)$/ ? $1 : $_ } lock_values('turns', @redis)), join(' ', ($l2pid) x @redis),
+	'turns: and holds it on every node');
 $_->query("SELECT redlock_unlock_all()") for $x, $l1, $l2;
 $_->quit for $x, $l1, $l2;
 $pg{s1}->safe_psql('postgres', 'ALTER SYSTEM RESET redlock.local_handoffs');
