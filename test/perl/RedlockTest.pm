@@ -18,6 +18,7 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(redis_nodes node_list redlock_cluster redlock_pair wait_for
   free_port subscribed unsubscribed settled key_count keys_on no_keys start_waiter seed_epoch
+  dispatcher_rounds
   asleep wait_event_of expected_wait_event nothing_crashed faketime_preload);
 
 # $n real redis-server processes (args: extra redis-server arguments)
@@ -37,6 +38,15 @@ sub seed_epoch
 		my ($rid) = $node->cli('INFO', 'server') =~ /run_id:(\w+)/;
 		$node->cli('SET', 'redlock:epoch', "0 $rid seeded");
 	}
+}
+
+# the rounds $pg's sessions sent through the dispatcher and on their own
+# connections (redlock_dispatcher): (rounds_shared, rounds_own)
+sub dispatcher_rounds
+{
+	my ($pg) = @_;
+	return split /\|/, $pg->safe_psql('postgres',
+		'SELECT rounds_shared, rounds_own FROM redlock_dispatcher');
 }
 
 # the redlock.nodes value of these nodes

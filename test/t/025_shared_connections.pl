@@ -64,12 +64,6 @@ ok(wait_for(sub { worker_pid($pg, 'dispatcher') ne '' }), 'the dispatcher runs')
 is($pg->safe_psql('postgres', 'SHOW redlock.shared_connections'), 'auto',
 	'redlock.shared_connections is auto by default');
 
-sub rounds
-{
-	my $r = $pg->safe_psql('postgres',
-		'SELECT rounds_shared, rounds_own FROM redlock_dispatcher');
-	return split /\|/, $r;
-}
 
 # the checks of the grants table (filled by t_lock and t_unlock below)
 sub check_grants
@@ -105,13 +99,13 @@ sub check_grants
 
 # --- auto: a session alone keeps its own connections
 my $s = long_session($pg);
-my ($sh0, $own0) = rounds();
+my ($sh0, $own0) = dispatcher_rounds($pg);
 for my $i (1 .. 20)
 {
 	$s->query_safe("SELECT redlock_try_lock('solo', 30000)");
 	$s->query_safe("SELECT redlock_unlock('solo')");
 }
-my ($sh1, $own1) = rounds();
+my ($sh1, $own1) = dispatcher_rounds($pg);
 is($sh1 - $sh0, 0, 'a session alone never goes through the dispatcher');
 cmp_ok($own1 - $own0, '>=', 40, 'its 40 calls ran on its own connections');
 
@@ -151,11 +145,11 @@ my $cycle = q{
 SELECT t_lock(:client_id, :hot);
 SELECT t_unlock(:client_id);
 };
-($sh0, $own0) = rounds();
+($sh0, $own0) = dispatcher_rounds($pg);
 $pg->pgbench('-n -c 8 -j 2 -T 4', 0, [qr/processed: [1-9]/], [qr/^$/],
 	'8 sessions lock and unlock for 4 s',
 	{ '025_cycle' => $cycle });
-($sh1, $own1) = rounds();
+($sh1, $own1) = dispatcher_rounds($pg);
 cmp_ok($sh1 - $sh0, '>', 0,
 	'under concurrency calls went through the dispatcher (' . ($sh1 - $sh0)
 	  . ' shared rounds, ' . ($own1 - $own0) . ' own)');
@@ -185,12 +179,12 @@ my $run = 0;
 for my $c (1, 8, 2, 8)
 {
 	$run++;
-	($sh0, $own0) = rounds();
+	($sh0, $own0) = dispatcher_rounds($pg);
 	$pg->pgbench("-n -c $c -j " . ($c > 1 ? 2 : 1) . ' -T 3', 0,
 		[qr/processed: [1-9]/], [qr/^$/],
 		"$c session(s) lock and unlock for 3 s beside the one all along",
 		{ "025_load_$run" => $cycle });
-	($sh1, $own1) = rounds();
+	($sh1, $own1) = dispatcher_rounds($pg);
 	note "$c + 1 sessions: " . ($sh1 - $sh0) . ' shared rounds, '
 	  . ($own1 - $own0) . ' own';
 	cmp_ok($sh1 - $sh0, '>', 0, "with 8 + 1 sessions, calls went through the dispatcher")
@@ -208,13 +202,13 @@ $pg->append_conf('postgresql.conf', "redlock.shared_connections = always\n");
 $pg->reload;
 ok(wait_for(sub { $s->query_safe('SHOW redlock.shared_connections') eq 'always' }),
 	'the setting reached the session');
-($sh0, $own0) = rounds();
+($sh0, $own0) = dispatcher_rounds($pg);
 for my $i (1 .. 10)
 {
 	$s->query_safe("SELECT redlock_lock('alone', 30000)");
 	$s->query_safe("SELECT redlock_unlock('alone')");
 }
-($sh1, $own1) = rounds();
+($sh1, $own1) = dispatcher_rounds($pg);
 cmp_ok($sh1 - $sh0, '>=', 20, "with always, a session alone goes through it too");
 
 # statement_timeout ends a call whose round waits for paused nodes
@@ -233,11 +227,11 @@ ok(no_keys('stuck', @redis), 'neither the abandoned attempt nor the lease left a
 
 # a node killed: the calls go on with four
 $redis[4]->kill9;
-($sh0, $own0) = rounds();
+($sh0, $own0) = dispatcher_rounds($pg);
 $tok = $s->query_safe("SELECT redlock_lock('four', 30000)");
 like($tok, qr/^\d+$/, 'with a node killed, a call through the dispatcher is granted');
 $s->query_safe("SELECT redlock_unlock('four')");
-($sh1, $own1) = rounds();
+($sh1, $own1) = dispatcher_rounds($pg);
 cmp_ok($sh1 - $sh0, '>=', 2, 'and went through it');
 $redis[4]->start;
 
@@ -253,10 +247,10 @@ for my $i (1 .. 5)
 ok(wait_for(sub { my $p = worker_pid($pg, 'dispatcher'); $p ne '' && $p ne $old }),
 	'the dispatcher is back');
 ok(wait_for(sub {
-	my ($a) = rounds();
+	my ($a) = dispatcher_rounds($pg);
 	$s->query_safe("SELECT redlock_lock('back', 30000)");
 	$s->query_safe("SELECT redlock_unlock('back')");
-	my ($b) = rounds();
+	my ($b) = dispatcher_rounds($pg);
 	$b > $a;
 }), 'calls go through it again');
 
@@ -274,7 +268,7 @@ for my $d ([ 'reordered', node_list(reverse @redis) ],
 	my $o = long_session($pg, $db);
 	is($o->query_safe('SHOW redlock.nodes'), $nodes,
 		"a session of database $db has its own node list");
-	($sh0, $own0) = rounds();
+	($sh0, $own0) = dispatcher_rounds($pg);
 	my $granted = 0;
 	for my $i (1 .. 10)
 	{
@@ -282,7 +276,7 @@ for my $d ([ 'reordered', node_list(reverse @redis) ],
 		$granted++ if $tok =~ /^\d+$/;
 		run_in($o, "SELECT redlock_unlock('$db')");
 	}
-	($sh1, $own1) = rounds();
+	($sh1, $own1) = dispatcher_rounds($pg);
 	is($granted, 10, "with always, every call of a session of $db is granted");
 	is($sh1 - $sh0, 0, 'and none went through the dispatcher');
 	cmp_ok($own1 - $own0, '>=', 20, 'they ran on its own connections');
@@ -299,22 +293,22 @@ for my $d ([ 'reordered', node_list(reverse @redis) ],
 	my $granted = 0;
 
 	$s->query_safe("SET redlock.nodes = '$reordered'");
-	($sh0, $own0) = rounds();
+	($sh0, $own0) = dispatcher_rounds($pg);
 	for my $i (1 .. 5)
 	{
 		$granted++
 		  if $s->query_safe("SELECT redlock_lock('set_nodes', 30000)") =~ /^\d+$/;
 		$s->query_safe("SELECT redlock_unlock('set_nodes')");
 	}
-	($sh1, $own1) = rounds();
+	($sh1, $own1) = dispatcher_rounds($pg);
 	is($granted, 5, 'SET redlock.nodes in a session: its calls are granted');
 	is($sh1 - $sh0, 0, 'and none went through the dispatcher');
 	$s->query_safe('RESET redlock.nodes');
 	ok(wait_for(sub {
-		my ($a) = rounds();
+		my ($a) = dispatcher_rounds($pg);
 		$s->query_safe("SELECT redlock_lock('set_nodes', 30000)");
 		$s->query_safe("SELECT redlock_unlock('set_nodes')");
-		my ($b) = rounds();
+		my ($b) = dispatcher_rounds($pg);
 		$b > $a;
 	}), 'RESET redlock.nodes: its calls go through the dispatcher again');
 	ok(no_keys('set_nodes', @redis), 'and left no key');
@@ -333,7 +327,7 @@ $s->query_safe("SET redlock.node_timeout = '200ms'");
 $s->query_safe("SET redlock.connect_timeout = '200ms'");
 my $disp = worker_pid($pg, 'dispatcher');
 kill 'STOP', $disp;
-($sh0, $own0) = rounds();
+($sh0, $own0) = dispatcher_rounds($pg);
 for my $i (1 .. 3)
 {
 	$tok = $s->query_safe("SELECT redlock_lock('stopped', 30000)");
@@ -347,7 +341,7 @@ for my $i (1 .. 3)
 }
 $s->query_safe('RESET statement_timeout');
 $s->query_safe("SET redlock.node_timeout = '200ms'");
-($sh1, $own1) = rounds();
+($sh1, $own1) = dispatcher_rounds($pg);
 is($sh1 - $sh0, 0, 'none of them went through the stopped dispatcher');
 cmp_ok($own1 - $own0, '>=', 6, 'they ran on the session\'s own connections');
 $q->('TRUNCATE grants');
@@ -357,15 +351,15 @@ $q->('TRUNCATE grants');
 		'4 sessions lock and unlock for 3 s with the dispatcher stopped',
 		{ '025_stopped' => $cycle });
 }
-($sh0, $own0) = rounds();
+($sh0, $own0) = dispatcher_rounds($pg);
 cmp_ok($own0 - $own1, '>', 0, 'their calls ran on their own connections');
 check_grants('the dispatcher stopped: ');
 kill 'CONT', $disp;
 ok(wait_for(sub {
-	my ($a) = rounds();
+	my ($a) = dispatcher_rounds($pg);
 	$s->query_safe("SELECT redlock_lock('stopped', 30000)");
 	$s->query_safe("SELECT redlock_unlock('stopped')");
-	my ($b) = rounds();
+	my ($b) = dispatcher_rounds($pg);
 	$b > $a;
 }), 'once the dispatcher runs again, calls go through it again');
 ok(no_keys('stopped', @redis), 'no call left a key');
@@ -421,10 +415,10 @@ ok(no_keys('taken*', @redis), 'neither the failed calls nor the next ones left a
 # granted; had the call gone first, it would find the session's own
 # earlier value on every node and be refused.
 my $o = long_session($pg);
-($sh0, $own0) = rounds();
+($sh0, $own0) = dispatcher_rounds($pg);
 $tok = $o->query_safe("SELECT redlock_try_lock('order', 60000)");
 like($tok, qr/^\d+$/, 'a lease through the dispatcher');
-($sh1, $own1) = rounds();
+($sh1, $own1) = dispatcher_rounds($pg);
 cmp_ok($sh1 - $sh0, '>=', 1, 'it went through the dispatcher');
 my $v1;
 ok(wait_for(sub {
@@ -450,11 +444,11 @@ is(join(' ', lock_values('order', @redis)), join(' ', ($v1) x @redis),
 $pg->append_conf('postgresql.conf', "redlock.shared_connections = auto\n");
 reload_seen($pg, $o);
 $o->query_safe("SET redlock.node_timeout = '200ms'");
-($sh0, $own0) = rounds();
+($sh0, $own0) = dispatcher_rounds($pg);
 $tok = $o->query_safe("SELECT redlock_try_lock('order', 60000)");
 like($tok, qr/^\d+$/,
 	'the session\'s next call of the resource, leaving the shared connections, is granted');
-($sh1, $own1) = rounds();
+($sh1, $own1) = dispatcher_rounds($pg);
 cmp_ok($own1 - $own0, '>=', 1, 'it ran on the session\'s own connections');
 my %v2 = map { $_ => 1 } lock_values('order', @redis);
 ok(keys %v2 == 1 && !$v2{$v1} && !$v2{'-'}, 'a new value is on every node');
@@ -473,17 +467,17 @@ for my $i (1 .. 40)
 }
 is($s->query_safe("SELECT count(*) FROM redlock_leases WHERE resource LIKE 'many:%'"),
 	'40', 'the session holds 40 leases');
-($sh0, $own0) = rounds();
+($sh0, $own0) = dispatcher_rounds($pg);
 $s->query_safe('SELECT redlock_unlock_all()');
-($sh1, $own1) = rounds();
+($sh1, $own1) = dispatcher_rounds($pg);
 cmp_ok($own1 - $own0, '>=', 1, 'redlock_unlock_all of 40 leases ran on the session\'s own connections');
 is($s->query_safe('SELECT count(*) FROM redlock_leases'), '0', 'the session holds none');
 ok(no_keys('many:*', @redis), 'every one of the 40 was released on every node');
 ok(wait_for(sub {
-	my ($a) = rounds();
+	my ($a) = dispatcher_rounds($pg);
 	$s->query_safe("SELECT redlock_lock('many:1', 30000)");
 	$s->query_safe("SELECT redlock_unlock('many:1')");
-	my ($b) = rounds();
+	my ($b) = dispatcher_rounds($pg);
 	$b > $a;
 }), 'the session\'s calls go through the dispatcher again');
 
@@ -516,13 +510,13 @@ reload_seen($pg, $s);
 # a new session: its connections owe nothing, so it would move at its first
 # round if the two counted as busy
 my $fresh = long_session($pg);
-($sh0, $own0) = rounds();
+($sh0, $own0) = dispatcher_rounds($pg);
 for my $i (1 .. 20)
 {
 	$fresh->query_safe("SELECT redlock_try_lock('solo', 30000)");
 	$fresh->query_safe("SELECT redlock_unlock('solo')");
 }
-($sh1, $own1) = rounds();
+($sh1, $own1) = dispatcher_rounds($pg);
 is($sh1 - $sh0, 0,
 	'beside two idle sessions whose rounds an error ended, a new session alone keeps its own connections');
 $fresh->quit;

@@ -55,11 +55,6 @@ my $pg = redlock_cluster('order', nodes => \@redis, preload => 1,
 my $pm_start = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
 ok(wait_for(sub { worker_pid($pg, 'dispatcher') ne '' }), 'the dispatcher runs');
 
-sub rounds
-{
-	return split /\|/, $pg->safe_psql('postgres',
-		'SELECT rounds_shared, rounds_own FROM redlock_dispatcher');
-}
 
 # restart the dispatcher: the new one has no connection yet; returns its pid
 sub new_dispatcher
@@ -121,10 +116,10 @@ sub goes_shared
 {
 	my ($session) = @_;
 	return wait_for(sub {
-		my ($a) = rounds();
+		my ($a) = dispatcher_rounds($pg);
 		$session->query_safe("SELECT redlock_lock('warm', 30000)");
 		$session->query_safe("SELECT redlock_unlock('warm')");
-		my ($b) = rounds();
+		my ($b) = dispatcher_rounds($pg);
 		$b > $a;
 	});
 }
@@ -169,10 +164,10 @@ $redis[2]->pause;
 like($t->query_safe("SELECT redlock_lock('owed2', 30000)"), qr/^\d+$/,
 	'the other session takes a lock through the new dispatcher, node 3 paused');
 stop_busy(@busy);
-my ($sh0, $own0) = rounds();
+my ($sh0, $own0) = dispatcher_rounds($pg);
 like($s->query_safe("SELECT redlock_try_lock('alone', 30000)"), qr/^\d+$/,
 	'the session, alone, takes a lock');
-my ($sh1, $own1) = rounds();
+my ($sh1, $own1) = dispatcher_rounds($pg);
 is($sh1 - $sh0, 0, 'not through the new dispatcher');
 cmp_ok($own1 - $own0, '>=', 1, 'on its own connections');
 $s->query_safe("SELECT redlock_unlock('alone')");
@@ -198,7 +193,7 @@ for my $r ('a', 'b', 'c')
 }
 my $disp = new_dispatcher();
 $_->pause for @redis[0 .. 2];
-(undef, $own0) = rounds();
+(undef, $own0) = dispatcher_rounds($pg);
 # three releases the dispatcher sends and cannot decide, given up by the
 # session (a warning each), running still
 for my $r ('a', 'b', 'c')
@@ -218,7 +213,7 @@ kill 'STOP', $disp;
 my ($out, $err) = run_in($s, "SELECT 'after'");
 like($err, qr/could not acquire lease on "x"/, 'the lock call fails');
 note "the lock call: $err";
-(undef, $own1) = rounds();
+(undef, $own1) = dispatcher_rounds($pg);
 is($own1 - $own0, 0,
 	'nothing of the session ran on its own connections while the worker held its rounds');
 $_->resume for @redis[0 .. 2];

@@ -44,14 +44,9 @@ SELECT t_lock(:client_id);
 SELECT redlock_unlock('own:' || :client_id);
 });
 
-sub rounds
-{
-	return split /\|/, $pg->safe_psql('postgres',
-		'SELECT rounds_shared, rounds_own FROM redlock_dispatcher');
-}
 
 my $log_from = -s $pg->logfile;
-my ($sh0, $own0) = rounds();
+my ($sh0, $own0) = dispatcher_rounds($pg);
 my ($out, $err) = ('', '');
 my $bench = IPC::Run::start(
 	[ 'pgbench', '-n', '-M', 'prepared', '-c', '16', '-j', '2', '-T', '8',
@@ -60,7 +55,7 @@ my $bench = IPC::Run::start(
 	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
 
 # the load under way (through the dispatcher), then five stalls of it
-ok(wait_for(sub { my ($sh) = rounds(); $sh - $sh0 > 200 }),
+ok(wait_for(sub { my ($sh) = dispatcher_rounds($pg); $sh - $sh0 > 200 }),
 	'the 16 sessions\' calls go through the dispatcher');
 my $disp = worker_pid($pg, 'dispatcher');
 for my $i (1 .. 5)
@@ -74,7 +69,7 @@ ok($bench->finish, 'pgbench ran to its end: no session failed a call')
   or diag "pgbench: $err";
 like($out, qr/processed: [1-9]/, 'the sessions made calls');
 unlike($err, qr/error|abort/i, 'no call failed (no lock refused, no error)');
-my ($sh1, $own1) = rounds();
+my ($sh1, $own1) = dispatcher_rounds($pg);
 note 'rounds: ' . ($sh1 - $sh0) . ' shared, ' . ($own1 - $own0) . ' own';
 ok(no_keys('*', @redis), 'no lock is left on the nodes');
 my $log = substr(slurp_file($pg->logfile), $log_from);

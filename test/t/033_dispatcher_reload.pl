@@ -37,11 +37,6 @@ my $pg = redlock_cluster('reload', nodes => \@redis, preload => 1,
 my $pm_start = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
 ok(wait_for(sub { worker_pid($pg, 'dispatcher') ne '' }), 'the dispatcher runs');
 
-sub rounds
-{
-	return split /\|/, $pg->safe_psql('postgres',
-		'SELECT rounds_shared, rounds_own FROM redlock_dispatcher');
-}
 
 # the server's node list: @redis in this order; read by $s before returning
 sub set_nodes
@@ -71,10 +66,10 @@ my $s = long_session($pg);
 sub release_left_queued
 {
 	my ($res) = @_;
-	my ($sh0) = rounds();
+	my ($sh0) = dispatcher_rounds($pg);
 	like($s->query_safe("SELECT redlock_lock('$res', 60000)"), qr/^\d+$/,
 		"a lease on $res");
-	my ($sh1) = rounds();
+	my ($sh1) = dispatcher_rounds($pg);
 	cmp_ok($sh1 - $sh0, '>=', 1, 'through the dispatcher');
 	my $disp = waiting_dispatcher();
 	kill 'STOP', $disp;
