@@ -103,60 +103,37 @@ DROP TABLE rdoc;
 CREATE TABLE misuse (id int, fence_token bigint, t text, n numeric, "T" text);
 INSERT INTO misuse VALUES (1, 1, 'x', 1, 'y');
 
+-- misuse(args): a trigger redlock_fence(args) on misuse, fired by one
+-- UPDATE and dropped again; what its error says
+CREATE FUNCTION pg_temp.misuse(args text, OUT state text, OUT message text,
+							   OUT detail text, OUT hint text)
+LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE format('CREATE TRIGGER bad BEFORE UPDATE ON misuse FOR EACH ROW EXECUTE FUNCTION redlock_fence(%s)', args);
+	BEGIN
+		UPDATE misuse SET fence_token = 2;
+		state := 'ok';
+	EXCEPTION WHEN OTHERS THEN
+		GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+			detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	END;
+	DROP TRIGGER bad ON misuse;
+END $$;
+\x on
 -- without 'held' a resource column would check nothing
-CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'resource=t');
-UPDATE misuse SET fence_token = 2;
-\echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER bad ON misuse;
-
-CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'allow_equal', 'resource=t');
-UPDATE misuse SET fence_token = 2;
-\echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER bad ON misuse;
-
-CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'held', 'resource=no_such_column');
-UPDATE misuse SET fence_token = 2;
-\echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER bad ON misuse;
-
-CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'held', 'resource=id');
-UPDATE misuse SET fence_token = 2;
-\echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER bad ON misuse;
-
-CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'held', 'resource=n');
-UPDATE misuse SET fence_token = 2;
-DROP TRIGGER bad ON misuse;
-
-CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'held', 'resource=');
-UPDATE misuse SET fence_token = 2;
-\echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER bad ON misuse;
-
-CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'resource=t', 'held', 'resource=T');
-UPDATE misuse SET fence_token = 2;
-\echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER bad ON misuse;
-
-CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'strict', 'held', 'resource=t', 'allow_equal');
-UPDATE misuse SET fence_token = 2;
-\echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER bad ON misuse;
-
+SELECT * FROM pg_temp.misuse($$'fence_token', 'resource=t'$$);
+SELECT * FROM pg_temp.misuse($$'fence_token', 'allow_equal', 'resource=t'$$);
+-- columns: missing, not text (twice), no name, named twice
+SELECT * FROM pg_temp.misuse($$'fence_token', 'held', 'resource=no_such_column'$$);
+SELECT * FROM pg_temp.misuse($$'fence_token', 'held', 'resource=id'$$);
+SELECT * FROM pg_temp.misuse($$'fence_token', 'held', 'resource=n'$$);
+SELECT * FROM pg_temp.misuse($$'fence_token', 'held', 'resource='$$);
+SELECT * FROM pg_temp.misuse($$'fence_token', 'resource=t', 'held', 'resource=T'$$);
+-- five arguments
+SELECT * FROM pg_temp.misuse($$'fence_token', 'strict', 'held', 'resource=t', 'allow_equal'$$);
 -- the token column comes first
-CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('resource=t', 'held');
-UPDATE misuse SET fence_token = 2;
-\echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER bad ON misuse;
+SELECT * FROM pg_temp.misuse($$'resource=t', 'held'$$);
+\x off
 
 -- a dropped resource column is not found
 ALTER TABLE misuse ADD COLUMN gone text;

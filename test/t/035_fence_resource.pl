@@ -71,14 +71,10 @@ like($err, qr/DETAIL:  Offered token \d+ is not the token of a lease this sessio
 # ---------- an expired lease ----------
 
 my ($ts) = run_in($a, "SELECT redlock_lock('acct:3', 200)");
-ok(wait_for(sub {
-	(run_in($a, "SELECT validity_ms FROM redlock_leases WHERE resource = 'acct:3'"))[0] eq '0'
-}, 10), "A's short lease on acct:3 ran out");
+ok(lease_ran_out($a, 'acct:3'), "A's short lease on acct:3 ran out");
 ($out, $err) = run_in($a, "INSERT INTO acct (id, balance, fence_token) VALUES (3, 300, $ts)");
-like($err, qr/RL001: fencing token for table "acct" belongs to an expired lease/,
+like($err, qr/RL001: fencing token for table "acct" belongs to an expired lease\n.*lease on "acct:3"/,
 	"its token is refused on acct:3's row");
-like($err, qr/DETAIL:  Offered token $ts is the token of this session's lease on "acct:3", whose validity has run out\./,
-	'the detail names the lease');
 run_in($a, "SELECT redlock_unlock('acct:3')");
 
 # ---------- an UPDATE that moves a row between resources ----------
@@ -116,9 +112,7 @@ like($err, qr/DETAIL:  The UPDATE moves the row from resource "acct:5" to "acct:
 my ($t8) = run_in($a, "SELECT redlock_lock('acct:8', 1500)");
 ($out, $err) = run_in($a, "INSERT INTO acct (id, balance, fence_token) VALUES (8, 800, $t8)");
 is($err, '', 'A inserts a row of acct:8 under a short lease');
-ok(wait_for(sub {
-	(run_in($a, "SELECT validity_ms FROM redlock_leases WHERE resource = 'acct:8'"))[0] eq '0'
-}, 10), 'which runs out');
+ok(lease_ran_out($a, 'acct:8'), 'which runs out');
 ($out, $err) = run_in($a, "UPDATE acct SET id = 7, fence_token = $ta7 WHERE id = 8");
 like($err, qr/cannot leave resource "acct:8" without a valid lease on it\n.*this session's lease on "acct:8" has run out\./,
 	'the row cannot leave acct:8 then');
