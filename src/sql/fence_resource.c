@@ -30,8 +30,11 @@
 
 /*
  * Compute a generated column on a row.  Built for each call: the trigger
- * has no memory that outlives the statement safely (COPY calls it in a
- * per-row context), and it is small next to the lease behind the write.
+ * has no memory that is sure to last the statement (COPY calls it first in
+ * a per-row context, which fn_mcxt then is), and it is small next to the
+ * lease behind the write: about 10 us a row (an UPDATE of 20,000 rows took
+ * 0.25 s, against 0.06 s with a plain resource column, on a busy 2-core
+ * machine).
  */
 static Datum
 fence_generate(const FenceCall *fc, TupleTableSlot *slot, bool *isnull)
