@@ -136,6 +136,26 @@ like($err, qr/ERROR:  23502: null value in resource column "res" of table "jobs"
 ($out, $err) = run_in($b, "INSERT INTO jobs VALUES (1, 'acct:2', $tb2) RETURNING res");
 is("$out|$err", 'acct:2|', 'a varchar resource column works');
 
+# ---------- a virtual generated column (PostgreSQL 18): never stored ----------
+
+SKIP:
+{
+	skip 'virtual generated columns came with PostgreSQL 18', 3
+	  if $pg->safe_psql('postgres', 'SHOW server_version_num') < 180000;
+	$pg->safe_psql('postgres', <<'SQL');
+CREATE TABLE vacct (id int PRIMARY KEY, res text GENERATED ALWAYS AS ('acct:' || id) VIRTUAL,
+	fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON vacct
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'allow_equal', 'held', 'resource=res');
+SQL
+	($out, $err) = run_in($b, "INSERT INTO vacct (id, fence_token) VALUES (6, $tb6) RETURNING res");
+	is("$out|$err", 'acct:6|', 'B inserts a row of acct:6 (virtual resource column)');
+	($out, $err) = run_in($a, "UPDATE vacct SET fence_token = $ta7 WHERE id = 6");
+	like($err, qr/belongs to a lease on another resource/, 'A cannot write it with the token of acct:7');
+	($out, $err) = run_in($b, "UPDATE vacct SET id = 2, fence_token = $tb2 WHERE id = 6 RETURNING res");
+	is("$out|$err", 'acct:2|', 'B moves it to acct:2, the old row computed too');
+}
+
 $a->quit;
 $b->quit;
 $pg->stop;
