@@ -7,7 +7,11 @@
 #   bash test/demo.sh [--pg-config PATH] [--redis-server PATH]
 #
 # --pg-config: the PostgreSQL installation to use (default: Debian 12's
-# PostgreSQL 15, installed first by test/install-deps.sh).
+# PostgreSQL 15, installed first by test/install-deps.sh).  The extension
+# is built against, and installed into, a private copy of it
+# (test/pg-copy.sh) in the demo's own directory, removed at the end: the
+# installation itself is never written to.  Two runs in one clone take
+# turns for the build (a lock on the clone's Makefile, flock).
 # --redis-server: the server binary the nodes run (default redis-server),
 # e.g. /usr/bin/valkey-server.  The Redis nodes
 # run on ports that were free, each checked to be served by the process
@@ -46,13 +50,6 @@ if [ -n "$redis_server" ]; then
 		{ echo "demo: $redis_server is not an executable" >&2; exit 2; }
 	export REDLOCK_REDIS_SERVER
 fi
-export PG_CONFIG=$pg_config
-bindir=$("$PG_CONFIG" --bindir)
-export PATH="$bindir:$PATH"
-make -s clean PG_CONFIG="$PG_CONFIG"
-make -s PG_CONFIG="$PG_CONFIG"
-make -s install PG_CONFIG="$PG_CONFIG"
-
 work=$(mktemp -d /tmp/redlock-demo.XXXXXX)
 chmod 755 "$work"
 cleanup() {
@@ -62,6 +59,22 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# a private copy of the installation: the extension is installed there
+PG_CONFIG=$(bash test/pg-copy.sh "$pg_config" "$work/pg-install" | tail -n 1)
+export PG_CONFIG
+bindir=$("$PG_CONFIG" --bindir)
+export PATH="$bindir:$PATH"
+exec {clone_lock}< "$top/Makefile"
+if ! flock -n "$clone_lock"; then
+	echo "== waiting for another run in this clone (it holds a lock on $top/Makefile)"
+	flock "$clone_lock"
+fi
+make -s clean PG_CONFIG="$PG_CONFIG"
+make -s PG_CONFIG="$PG_CONFIG"
+make -s install PG_CONFIG="$PG_CONFIG"
+flock -u "$clone_lock"
+exec {clone_lock}<&-
 
 nodes=$(bash test/redis-nodes.sh start "$work/redis" 5)
 echo "== 5 Redis masters: $nodes, running $(bash test/redis-nodes.sh version)"

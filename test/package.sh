@@ -16,9 +16,10 @@
 #      REDLOCK_REDIS_SERVER picks the server binary);
 #   4. removes them (dpkg -r) and checks that no file any of them installed
 #      is left.
-# Files of a `make install` that the packages would overwrite (run-tests.sh
-# installs into the same directories) are moved aside first and put back at
-# the end, so the machine is left as it was.
+# Files of a `make install` by hand that the packages would overwrite are
+# moved aside first and put back at the end, so the machine is left as it
+# was (run-tests.sh and demo.sh install into private copies of PostgreSQL,
+# never into its own directories).
 #
 #   bash test/package.sh [--keep DIR]     --keep: copy the built .deb files to DIR
 set -euo pipefail

@@ -25,6 +25,13 @@ dir=$(cd "$dir" && pwd)
 chmod 755 "$dir"
 
 src_bindir=$("$src" --bindir)
+# bindir's parent must be PostgreSQL's own directory (Debian's
+# /usr/lib/postgresql/15, a --prefix of its own), never a shared prefix
+case "$(dirname "$src_bindir")" in
+/ | /usr | /usr/local | /opt | /bin | /sbin)
+	echo "pg-copy: $src's bindir ($src_bindir) is in a shared prefix, which this script does not copy" >&2
+	exit 1 ;;
+esac
 for d in "$(dirname "$src_bindir")" "$("$src" --sharedir)" \
 	"$("$src" --pkgincludedir)" "$("$src" --includedir-server)" \
 	"$("$src" --pkglibdir)"; do

@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
 # Run every redlock test: unit tests of the quorum logic, pg_regress suites
 # and isolation specs against a throwaway cluster with 5 local Redis nodes,
-# the README's examples and install block, and the process-level TAP tests
-# (which start their own clusters and nodes).
+# the examples and install block of README.md and doc/*.md, the links
+# between those pages, and the process-level TAP tests (which start their
+# own clusters and nodes).
 #
 #   bash test/run-tests.sh [--pg-config PATH] [--redis-server PATH] [--long] [--seconds N] [--only REGEX]
 #
-# --pg-config  the PostgreSQL installation to build against, install into
-#              and test with (default: Debian 12's PostgreSQL 15,
-#              /usr/lib/postgresql/15/bin/pg_config, installed first by
-#              test/install-deps.sh); its lib/pgxs/src/test must hold
-#              pg_regress, pg_isolation_regress and the TAP perl modules
+# --pg-config  the PostgreSQL installation to test with (default: Debian
+#              12's PostgreSQL 15, /usr/lib/postgresql/15/bin/pg_config,
+#              installed first by test/install-deps.sh); its
+#              lib/pgxs/src/test must hold pg_regress, pg_isolation_regress
+#              and the TAP perl modules.  The extension is built against,
+#              and installed into, a private copy of it (test/pg-copy.sh)
+#              in this run's own directory, removed at the end: the
+#              installation itself is never written to, so runs of this
+#              script and of test/demo.sh from several clones, and a
+#              package installed or removed meanwhile, do not disturb each
+#              other
 # --redis-server  the server binary every Redis node of every suite runs
 #              (default: Debian 12's redis-server), e.g. /usr/bin/valkey-server
 #              (test/install-deps.sh --valkey installs Valkey 8); passed
 #              down as REDLOCK_REDIS_SERVER to test/redis-nodes.sh and
 #              test/perl/RedisNode.pm
 # --long       the chaos soak runs 30 minutes (SOAK_MINUTES chooses another
-#              length; the default run soaks for about 40 s + 40 s control,
-#              see test/t/004_soak.pl)
+#              length; the default run soaks for 40 s fenced + 40 s
+#              control, see test/t/004_soak.pl)
 # --seconds N  the soaks' faults go on for N seconds (SOAK_SECONDS: the
 #              feature soak test/t/021_feature_soak.pl, default 60, and the
 #              fenced phase of 004)
@@ -29,6 +36,9 @@
 #
 # Every server it starts listens on ports that were free (Redis) or only on
 # a unix socket in its own directory (PostgreSQL), and is stopped at the end.
+# Two runs in one clone take turns where they share its files (the build,
+# pg_regress's and the isolation tester's output): a lock on the clone's
+# Makefile (flock), held from the build to the end of the README examples.
 # Run as root (as CI runs it), the TAP tests run as postgres, and a suite
 # that names REDLOCK_NETFAULT (the feature soak) gets network faults from a
 # root helper beside it (test/netfault.sh, nftables; see netfault_start);
@@ -73,11 +83,6 @@ else
 fi
 [ -x "$pg_config" ] || { echo "run-tests: $pg_config is not an executable pg_config" >&2; exit 2; }
 pg_config=$(cd "$(dirname "$pg_config")" && pwd)/$(basename "$pg_config")
-export PG_CONFIG=$pg_config
-bindir=$("$PG_CONFIG" --bindir)
-pgxs_test=$(cd "$(dirname "$("$PG_CONFIG" --pgxs)")/../test" && pwd)
-export PATH="$bindir:$PATH"
-echo "== $("$PG_CONFIG" --version), from $PG_CONFIG"
 if [ -n "$redis_server" ]; then
 	REDLOCK_REDIS_SERVER=$(command -v "$redis_server") ||
 		{ echo "run-tests: $redis_server is not an executable" >&2; exit 2; }
@@ -109,6 +114,23 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# A private copy of the installation, in this run's directory: the
+# extension is installed there, never into $pg_config's own directories.
+echo "== a private copy of $("$pg_config" --version) ($pg_config)"
+PG_CONFIG=$(bash test/pg-copy.sh "$pg_config" "$work/pg-install" | tail -n 1)
+export PG_CONFIG
+bindir=$("$PG_CONFIG" --bindir)
+pgxs_test=$(cd "$(dirname "$("$PG_CONFIG" --pgxs)")/../test" && pwd)
+export PATH="$bindir:$PATH"
+echo "   in $work/pg-install, removed at the end"
+
+# The clone's files are shared with any other run in it: take turns.
+exec {clone_lock}< "$top/Makefile"
+if ! flock -n "$clone_lock"; then
+	echo "== waiting for another run in this clone (it holds a lock on $top/Makefile)"
+	flock "$clone_lock"
+fi
 
 echo "== build and install"
 make -s clean PG_CONFIG="$PG_CONFIG"
@@ -151,6 +173,7 @@ isolation_suite() {
 
 run_suite "unit tests: quorum logic" make -s unitcheck PG_CONFIG="$PG_CONFIG"
 run_suite "META.json agrees with redlock.control" bash test/meta-json.sh
+run_suite "links between the documentation's pages" bash test/doc-links.sh
 
 echo "== starting 5 Redis nodes and a cluster for pg_regress, isolation and the README"
 nodes=$(bash test/redis-nodes.sh start "$work/redis" 5) ||
@@ -167,17 +190,21 @@ with_pg() {
 echo "   Redis nodes $nodes; PostgreSQL on $work/pg"
 run_suite "pg_regress" with_pg pg_regress_suite
 run_suite "isolation" with_pg isolation_suite
-run_suite "README examples" with_pg bash test/readme-examples.sh
+run_suite "README and doc/ examples" with_pg bash test/readme-examples.sh
 bash test/pg-cluster.sh stop "$work/pg"
 bash test/redis-nodes.sh stop "$work/redis"
+# what follows writes only under $work
+flock -u "$clone_lock"
+exec {clone_lock}<&-
 
 run_suite "README install block on a fresh cluster" bash test/readme-install.sh
 
 # The TAP tests: PostgreSQL refuses to run as root, so they run as postgres,
-# on a copy of test/t, test/perl and the README that user can write next to.
+# on a copy of test/t, test/perl, the README and doc/ that user can write
+# next to.
 tap=$work/tap
 mkdir -p "$tap/tmp_check/log"
-cp -r test/t test/perl README.md "$tap/"
+cp -r test/t test/perl README.md doc "$tap/"
 if [ "$(id -u)" -eq 0 ]; then
 	chown -R postgres: "$tap"
 	as_pg=(runuser -u postgres --)

@@ -126,6 +126,8 @@ batch_dispatch(RlRequest *head, RlRequest **reqs, int n)
 		*link = reqs[k];
 		link = &reqs[k]->batch_next;
 	}
+	if (rl_debug_dispatch_delay_ms > 0)	/* a stall before the write */
+		pg_usleep((long) rl_debug_dispatch_delay_ms * 1000);
 	for (int i = 0; i < rl_nnodes; i++)
 	{
 		RlNode	   *node = &rl_nodes[i];
@@ -149,9 +151,9 @@ rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
 
 	if (n <= 0)
 		return;
+	wait_stall_begin();
 	round_housekeeping();
 	head = batch_dispatch(NULL, reqs, n);
-	wait_stall_reset();
 
 	for (;;)
 	{
@@ -171,6 +173,7 @@ rl_nodes_run_batch(RlRequest **reqs, int n, RlRoundIntake intake,
 				head = batch_dispatch(head, more, nmore);
 		}
 	}
+	wait_stall_reset();
 	round_flush();
 
 	/* the latch was set during the batch: the caller looks again */

@@ -290,6 +290,7 @@ extern bool wait_any_buffered_input(void);
 #define RL_STALL_SLICE_MS	100 /* a round's longest wait between looks at
 									 * the clock (wait_stall_check) */
 extern void wait_stall_reset(void);
+extern void wait_stall_begin(void);
 extern void wait_stall_expect(int64_t until_us);
 extern void wait_stall_check(int64_t now);
 extern const char *wait_stall_who(void);

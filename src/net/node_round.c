@@ -363,7 +363,6 @@ round_wait(RlRequest *req)
 {
 	bool		polled = false;
 
-	wait_stall_reset();
 	while (!round_finished(req))
 		round_wait_step(req, &polled, req->nothrow);
 }
@@ -451,6 +450,7 @@ run_own(RlRequest *req)
 	bool		refuse = !req->nothrow && !req->must_deliver && !req->probe;
 
 	req->batch_next = NULL;		/* a round of its own */
+	wait_stall_begin();
 	round_housekeeping();
 	if (refuse)
 		server_refuse_duplicates();
@@ -460,6 +460,7 @@ run_own(RlRequest *req)
 	if (req->decision == RL_UNAVAILABLE && !req->nothrow &&
 		round_dispatch_backed_off(req))
 		round_wait(req);
+	wait_stall_reset();
 	round_flush();
 	report_round(req);
 

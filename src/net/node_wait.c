@@ -287,11 +287,22 @@ wait_any_buffered_input(void)
 static int64_t stall_expected_us = 0;	/* when we expect to look again; 0:
 										 * not in a round's wait */
 
-/* A round's wait begins (or ends): no look at the clock is expected. */
+/* A round's wait ends: no look at the clock is expected. */
 void
 wait_stall_reset(void)
 {
 	stall_expected_us = 0;
+}
+
+/*
+ * A round begins, before anything of it is queued: from here on the
+ * process is expected to run.  A stall between queueing a command and
+ * writing it (the node's clock starts at the queueing) is counted too.
+ */
+void
+wait_stall_begin(void)
+{
+	stall_expected_us = rl_now_us();
 }
 
 /* The process expects to look at the clock again by until_us. */

@@ -26,7 +26,17 @@
  * script but runs the release, which must not make it look healthy.  Times
  * of sending, not of the outcomes' arrival, decide, so that the late report
  * of an old request does not undo a newer one.  Each transition is made
- * once, under the entry's spinlock, and logged by the process that made it.
+ * once, under the entry's spinlock.
+ *
+ * The log gets a line when a node starts failing and one when it is
+ * healthy again, for the whole server, but at most one per node every
+ * RL_HEALTH_LOG_GAP_MS: a node that flaps (a maxclients limit reached and
+ * left again, memory that fills and frees) would otherwise write a line
+ * pair per request.  A change within the gap is folded, counted, and told
+ * with the next line; and the first event after the gap writes that line
+ * if the log does not say the node's state yet or changes were folded, so
+ * that the log's last word on a node is its state, a gap late at most.  The process that took the event
+ * decides under the entry's spinlock, and writes the line after.
  *
  * The table has RL_HEALTH_NODES entries; a new name takes a free entry or
  * the one heard of longest ago.  Names are taken under the LWLock held
@@ -46,6 +56,8 @@
 #include "utils/timestamp.h"
 
 #include "shared/health_memory.h"
+
+#define RL_HEALTH_LOG_GAP_MS	5000
 
 typedef struct RlHealthEntry
 {
@@ -167,6 +179,38 @@ take_event(RlNodeHealth *h, const RlNodeEvent *ev, TimestampTz now,
 }
 
 /*
+ * After an event that changed the node's state by change (as take_event
+ * returns): should a line be written?  +1 for "is failing", -1 for
+ * "healthy again", 0 for none; *folded says how many changes the line
+ * sums up beside its own, and *since since when the node had been failing.
+ */
+static int
+log_decision(RlNodeHealth *h, int change, int64 now_us, uint32 *folded,
+			 TimestampTz *since)
+{
+	bool		due = h->logged_us == 0 ||
+		now_us - h->logged_us >= (int64) RL_HEALTH_LOG_GAP_MS * 1000;
+	bool		told = h->failing == h->logged_failing;
+
+	if (change != 0 && (!due || told))
+		h->folded++;
+	if (!due || (told && h->folded == 0))
+		return 0;
+	if (h->logged_us == 0 && !h->failing)
+		return 0;				/* healthy from the start: nothing to say */
+	if (change == 0 && !told && h->folded > 0)
+		h->folded--;			/* the line tells the last change folded */
+	*folded = h->folded;
+	*since = h->failing ? h->failing_since : h->logged_since;
+	h->folded = 0;
+	h->logged_us = now_us;
+	h->logged_failing = h->failing;
+	if (h->failing)
+		h->logged_since = h->failing_since;
+	return h->failing ? 1 : -1;
+}
+
+/*
  * The health hook: what the requests of one round met on its nodes, or
  * what a connection met.  One clock reading and one pass under the LWLock
  * for all of them; the log lines are written after.
@@ -179,6 +223,8 @@ health_events(const RlNodeEvent *evs, int nevents)
 	RlHealthEntry *entries[RL_MAX_NODES];
 	TimestampTz since[RL_MAX_NODES];
 	int			change[RL_MAX_NODES];
+	uint32		folded[RL_MAX_NODES];
+	char		why[RL_MAX_NODES][RL_DETAIL_LEN];
 	bool		wanted[RL_MAX_NODES];
 	bool		missing = false;
 
@@ -223,11 +269,15 @@ health_events(const RlNodeEvent *evs, int nevents)
 			continue;
 		SpinLockAcquire(&e->mutex);
 		change[i] = take_event(&e->h, &evs[i], now, now_us, &since[i]);
+		change[i] = log_decision(&e->h, change[i], now_us, &folded[i],
+								 &since[i]);
+		if (change[i] > 0)
+			strlcpy(why[i], e->h.last_error, RL_DETAIL_LEN);
 		SpinLockRelease(&e->mutex);
 	}
 	LWLockRelease(health->lock);
 
-	/* one line per transition for the whole server */
+	/* a line per change the log is due to tell, for the whole server */
 	for (int i = 0; i < nevents; i++)
 	{
 		const RlNodeEvent *ev = &evs[i];
@@ -235,13 +285,25 @@ health_events(const RlNodeEvent *evs, int nevents)
 		if (change[i] > 0)
 			ereport(LOG,
 					(errmsg("Redis node %s is failing: %s", ev->node,
-							ev->error != NULL ? ev->error : "(no detail)"),
+							why[i][0] != '\0' ? why[i] : "(no detail)"),
+					 folded[i] > 0 ?
+					 errdetail_plural("Its health changed %u more time since the last line about it, not logged: at most one line per node is written every %d seconds.",
+									  "Its health changed %u more times since the last line about it, not logged: at most one line per node is written every %d seconds.",
+									  folded[i], folded[i],
+									  RL_HEALTH_LOG_GAP_MS / 1000) : 0,
 					 ev->hint != NULL ? errhint("%s", ev->hint) : 0));
-		else if (change[i] < 0)
+		else if (change[i] < 0 && folded[i] == 0)
 			ereport(LOG,
 					(errmsg("Redis node %s is healthy again", ev->node),
 					 errdetail("It had been failing since %s.",
 							   timestamptz_to_str(since[i]))));
+		else if (change[i] < 0)
+			ereport(LOG,
+					(errmsg("Redis node %s is healthy again", ev->node),
+					 errdetail_plural("It had been failing since %s, and its health changed %u more time since the last line about it, not logged: at most one line per node is written every %d seconds.",
+									  "It had been failing since %s, and its health changed %u more times since the last line about it, not logged: at most one line per node is written every %d seconds.",
+									  folded[i], timestamptz_to_str(since[i]),
+									  folded[i], RL_HEALTH_LOG_GAP_MS / 1000)));
 	}
 }
 

@@ -40,6 +40,12 @@ typedef struct RlNodeHealth
 	int64		fail_began_us;	/* the latest failed request's start */
 	int64		success_began_us;	/* the latest successful request's */
 	int64		heard_us;		/* the last event, for reuse of the oldest */
+
+	/* the log: at most a line per node every RL_HEALTH_LOG_GAP_MS */
+	bool		logged_failing; /* what the last line said */
+	int64		logged_us;		/* when it was written; 0: none yet */
+	TimestampTz logged_since;	/* the failure the log last told of */
+	uint32		folded;			/* changes since then, not logged */
 } RlNodeHealth;
 
 extern void rl_health_memory_init(void);

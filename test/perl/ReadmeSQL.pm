@@ -19,6 +19,18 @@ sub path
 	die "README.md not found; set REDLOCK_README";
 }
 
+# A page of doc/ (e.g. "testing.md"): beside the README that path() finds
+# (test/run-tests.sh copies doc/ next to the README it names)
+sub doc_path
+{
+	my ($name) = @_;
+	my $dir = path();
+	$dir =~ s{[^/]*$}{};
+	my $p = "${dir}doc/$name";
+	die "$p not found" unless -f $p;
+	return $p;
+}
+
 # The plain ```sql blocks (not ```sql norun or the like) of the README
 # section whose heading is $heading, up to the next heading of the same or a
 # higher level, in order.  Dies when the section or its blocks are missing.

@@ -25,9 +25,9 @@ my $pg = redlock_cluster('hostile', nodes => \@redis,
 	  . "redlock.retry_delay = 20\nredlock.retry_jitter = 10\n");
 my $pm_start = $pg->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
 
-# the README counts the fake server's ways of answering wrongly
-like(slurp_file(ReadmeSQL::path()), qr/answers wrongly in ${\ scalar @FakeRedis::MODES } ways/,
-	'the README counts the fake server\'s modes right (' . scalar(@FakeRedis::MODES) . ')');
+# doc/testing.md counts the fake server's ways of answering wrongly
+like(slurp_file(ReadmeSQL::doc_path('testing.md')), qr/answers wrongly in ${\ scalar @FakeRedis::MODES } ways/,
+	'doc/testing.md counts the fake server\'s modes right (' . scalar(@FakeRedis::MODES) . ')');
 
 # lock keys of a key prefix on a real node
 sub keys_left

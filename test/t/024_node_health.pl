@@ -6,7 +6,10 @@
 # the log says so once per node for the whole server, not once per session.
 # Then node 4 comes back (quarantined after its restart, which the view
 # shows) and node 5 gets its memory back: both healthy again, logged once.
-# Reading the view asks no node anything.
+# Reading the view asks no node anything.  Then node 5 flaps (its memory
+# fills and frees round after round): the log says at most a line per node
+# every 5 s, and its last word on the node, once the gap has passed, is
+# its state, with the count of the changes folded.
 use strict;
 use warnings FATAL => 'all';
 
@@ -154,6 +157,17 @@ ok( wait_for(
 note sprintf('healthy %.2f s after the repairs', time - $t0);
 ok($quarantine_seen, 'node 4 restarted: the view shows until when it is quarantined');
 is($h->{$down_addr}{failing_since}, '', 'a healthy node has no failing_since');
+# the log says it too, within its gap of 5 s since the lines that said
+# they were failing (which may have been moments before)
+ok( wait_for(
+		sub {
+			leases_round();
+			my $l = slurp_file($pg->logfile, $logpos);
+			return $l =~ /Redis node \Q$down_addr\E is healthy again/
+			  && $l =~ /Redis node \Q$full_addr\E is healthy again/;
+		},
+		15),
+	'the log says both nodes are healthy again, at most a gap later');
 leases_round() for 1 .. 3;
 $log = slurp_file($pg->logfile, $logpos);
 my $healthy = () = $log =~ /LOG:  Redis node \Q$down_addr\E is healthy again/g;
@@ -161,6 +175,37 @@ is($healthy, 1, 'the log says once that node 4 is healthy again');
 $healthy = () = $log =~ /LOG:  Redis node \Q$full_addr\E is healthy again/g;
 is($healthy, 1, 'and once that node 5 is');
 unlike($log, qr/is failing/, 'and no node failed again');
+
+# ---------------- a flapping node: the log rate-limited ----------------
+# node 5's memory fills and frees between every round for about 3 s: each
+# round makes it failing, the next healthy again.  The log writes at most a
+# line per node every 5 s, folding the changes between; its last word on
+# the node, once the gap has passed, is that it is healthy, with the count.
+$logpos = -s $pg->logfile;
+my $flips = 0;
+my $flap_end = time + 3;
+while (time < $flap_end)
+{
+	$full->cli('CONFIG', 'SET', 'maxmemory', '1');
+	leases_round();
+	$full->cli('CONFIG', 'SET', 'maxmemory', '0');
+	leases_round();
+	$flips += 2;
+}
+$h = health();
+cmp_ok($flips, '>=', 6, "node 5 flapped ($flips changes)");
+$log = slurp_file($pg->logfile, $logpos);
+my $lines = () = $log =~ /LOG:  Redis node \Q$full_addr\E is (?:failing|healthy again)/g;
+cmp_ok($lines, '<=', 2, "while it flapped for 3 s the log said at most 2 lines about it ($lines)");
+sleep 6;
+leases_round() for 1 .. 2;
+$log = slurp_file($pg->logfile, $logpos);
+my @said = $log =~ /LOG:  Redis node \Q$full_addr\E is (failing|healthy again)/g;
+is($said[-1], 'healthy again', 'after the gap the log\'s last word on it: healthy again');
+like($log,
+	qr/Redis node \Q$full_addr\E is healthy again\n[^\n]*DETAIL:  It had been failing since [^\n]*, and its health changed \d+ more times since the last line about it, not logged: at most one line per node is written every 5 seconds/,
+	'... with the count of the changes it folded');
+cmp_ok(scalar(@said), '<=', 3, 'in all at most 3 lines about it in the 9 s');
 
 # ---------------- who may read it ----------------
 my ($rc, $out, $err) = $pg->psql('postgres', 'SELECT count(*) FROM redlock_stats_nodes',

@@ -5,7 +5,9 @@
 # 50 ms.  Calls get slower; none fails: no error, no lock refused (each
 # session's resource is its own, so a refusal is a lock of its own left
 # behind), no lock left on the nodes once the load stops, and no healthy
-# node blamed for the worker's stall in the server log.  Then the worker
+# node blamed for the worker's stall in the server log.  Then a stall of the
+# worker between queueing a batch and writing it (a debug delay there; the
+# nodes' clocks start at the queueing: it failed every call once).  Then the worker
 # stopped with the nodes it waits for (as in a stall of the machine): they
 # are judged on the time it ran, and named beside it when they stay silent.
 use strict;
@@ -77,6 +79,28 @@ unlike($log, qr/Redis node \S+ is failing/,
 	'no node was blamed in the log for the worker\'s stalls');
 is(worker_pid($pg, 'dispatcher'), $disp, 'the same dispatcher ran throughout');
 
+# --- a stall of the worker between queueing a batch on its connections and
+# writing it (redlock.debug_dispatch_delay: 200 ms there, four times the
+# node_timeout): a node's clock starts when the command is queued, so the
+# stall must be counted from there, or the nodes are judged late the moment
+# the command is written.  Each call is granted and released.
+$pg->append_conf('postgresql.conf',
+	"redlock.shared_connections = always\nredlock.debug_dispatch_delay = '200ms'\n");
+my $s = long_session($pg);
+reload_seen($pg, $s);
+usleep(300_000);	# the worker, woken by SIGHUP, reads it too
+my ($sh2) = dispatcher_rounds($pg);
+for my $i (1 .. 3)
+{
+	my ($out, $err) = run_in($s,
+		"SELECT redlock_lock('delayed', 5000) > 0, redlock_unlock('delayed')");
+	is($err, '', "a stall before the write, call $i: no error");
+	is($out, 't|t', "call $i: granted and released");
+}
+my ($sh3) = dispatcher_rounds($pg);
+cmp_ok($sh3 - $sh2, '>=', 6, 'the calls went through the worker');
+ok(no_keys('*', @redis), 'no lock is left on the nodes');
+
 # --- the worker stopped with the nodes it waits for (as in a stall of the
 # whole machine): a node is judged on the time the worker ran.  A session
 # (always) waits for its lock, which the worker sent and waits for from
@@ -85,8 +109,7 @@ is(worker_pid($pg, 'dispatcher'), $disp, 'the same dispatcher ran throughout');
 # of their node_timeout: the lock is granted.  Nodes that stay silent are
 # judged late after that, their DETAIL naming the stalled worker.
 $pg->append_conf('postgresql.conf',
-	"redlock.shared_connections = always\nredlock.node_timeout = '1s'\n");
-my $s = long_session($pg);
+	"redlock.debug_dispatch_delay = 0\nredlock.node_timeout = '1s'\n");
 reload_seen($pg, $s);
 usleep(300_000);	# the worker, woken by SIGHUP, reads it too
 my $spid = $s->query_safe('SELECT pg_backend_pid()');
