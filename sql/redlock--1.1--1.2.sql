@@ -139,3 +139,28 @@ CREATE VIEW redlock_locks AS
 REVOKE ALL ON FUNCTION redlock_locks() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redlock_locks() TO redlock_user, pg_monitor;
 GRANT SELECT ON redlock_locks TO redlock_user, pg_monitor;
+
+-- A server's connections to each node are bounded
+-- (redlock.max_connections_per_node): redlock_dispatcher shows how many
+-- backends hold connections of their own, the most that may, and how often
+-- a call waited for one (and how often in vain), in four new columns.
+DROP VIEW redlock_dispatcher;
+DROP FUNCTION redlock_dispatcher();
+CREATE FUNCTION redlock_dispatcher(
+    OUT rounds_shared bigint,
+    OUT rounds_own bigint,
+    OUT backends_connected integer,
+    OUT backends_connected_max integer,
+    OUT connection_waits bigint,
+    OUT connection_waits_failed bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'redlock_dispatcher'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+CREATE VIEW redlock_dispatcher AS
+    SELECT (SELECT a.pid FROM pg_catalog.pg_stat_activity a
+             WHERE a.backend_type = 'redlock dispatcher') AS pid,
+           d.rounds_shared, d.rounds_own, d.backends_connected,
+           d.backends_connected_max, d.connection_waits,
+           d.connection_waits_failed
+      FROM redlock_dispatcher() d;
+GRANT SELECT ON redlock_dispatcher TO PUBLIC;
