@@ -197,6 +197,24 @@ bench_cpu_now() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5
 # bench_busy B0 T0 B1 T1: the busy share in %, between two bench_cpu_now
 bench_busy() { awk -v b=$(($3 - $1)) -v t=$(($4 - $2)) 'BEGIN { printf "%.0f", (t > 0 ? 100 * b / t : 0) }'; }
 
+# bench_our_cpu NAME PORTS PMS: "redis cluster", the CPU jiffies so far of
+# the redis-servers started by bench_nodes NAME on PORTS, and of the
+# clusters whose postmasters' pids are PMS (the postmasters, their
+# children, and the children they reaped)
+bench_our_cpu() {
+	local r=0 t=0 p c pm
+	for p in $2; do
+		r=$((r + $(awk '{ print $14 + $15 }' "/proc/$(bench_node_pid "$1" "$p")/stat")))
+	done
+	for pm in $3; do
+		t=$((t + $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat")))
+		for c in $(pgrep -P "$pm"); do
+			t=$((t + $(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null || echo 0)))
+		done
+	done
+	echo "$r $t"
+}
+
 # bench_uptime: the machine's load as uptime(1) prints it, for a report
 # ("12:15:42 up 7 min, 0 users, load average: 2.80, 1.11, 0.44")
 bench_uptime() { uptime | sed 's/^ *//; s/  */ /g'; }
@@ -302,13 +320,17 @@ bench_src_files() { find "$BENCH_TOP/src" -name '*.c' | sort; }
 
 # bench_src_script DIR NAME: the text of the script literal NAME
 # ("static const char NAME[] = ...;") of src/, compiled and printed by a
-# program built in DIR
+# program built in DIR; the pieces of Lua the scripts share (the
+# "#define RL_LUA_... \" string macros of src/'s headers) with it
 bench_src_script() {
 	local f
 	f=$(grep -l "^static const char $2\[\] =" $(bench_src_files) | head -1)
 	[ -n "$f" ] || { echo "$BENCH_NAME: no script $2 in src/" >&2; return 1; }
 	{
 		echo '#include <stdio.h>'
+		find "$BENCH_TOP/src" -name '*.h' | sort | xargs awk '
+			/^#define RL_LUA_[A-Z0-9_]*[ \t]*\\$/ { on = 1 }
+			on { print; if ($0 !~ /\\$/) on = 0 }'
 		echo 'static const char s[] ='
 		sed -n "/^static const char $2\[\] =/,/;/{/^static const char/d;p}" "$f"
 		echo 'int main(void) { fwrite(s, 1, sizeof(s) - 1, stdout); return 0; }'
@@ -338,6 +360,106 @@ bench_floor_describe() {
 		echo "${name^^}$s, $n arguments"
 		i=$((i + 1))
 	done | paste -sd';' | sed 's/;/; /g'
+}
+
+# bench_node_install OUT: node-redlock 4.2 with ioredis, as pinned in
+# bench/node/package-lock.json, installed with npm ci in bench/node
+# (nodejs and npm from Debian's packages when missing); its log in OUT/npm.log
+bench_node_install() {
+	if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
+		bench_need nodejs npm
+	fi
+	(cd "$BENCH_TOP/bench/node" && npm ci --no-audit --no-fund --loglevel=error > "$1/npm.log" 2>&1) ||
+		{ cat "$1/npm.log" >&2; exit 1; }
+}
+
+# bench_shared_build OUT: bench/shared's module (the shared-connection
+# floor, not the extension) built and installed into $PG_CONFIG's
+# installation; its log in OUT/shared_floor_build.log
+bench_shared_build() {
+	make -s -C "$BENCH_TOP/bench/shared" PG_CONFIG="$PG_CONFIG" install > "$1/shared_floor_build.log" 2>&1 ||
+		{ cat "$1/shared_floor_build.log" >&2; exit 1; }
+	make -s -C "$BENCH_TOP/bench/shared" clean PG_CONFIG="$PG_CONFIG" > /dev/null
+}
+
+# bench_shared_floor DIR NODES TTL [name=value ...]: the shared-connection
+# floor in a cluster of its own, BENCH_WORK/sf (bench_use sf), with
+# shared_floor preloaded on NODES and these extra settings, and a function
+# bench_sf_cycle(r text) there: one acquire and one release round of the
+# resource r through the module's worker, as bench_cycle does them (a
+# refusal is an error).  It sends the extension's scripts with the
+# arguments where the commands bench_floor_capture DIR captured (with TTL)
+# have them (the restart quarantine's epoch key and time last, as the
+# extension sends them): checked here, so that a change of the scripts' arguments
+# stops the run instead of measuring something else; the scripts are
+# loaded on every node (EVALSHA only).
+bench_shared_floor() {
+	local dir=$1 nodes=$2 ttl=$3 addr p sha acq rel
+	shift 3
+	bench_sf_arg() { "$dir/floor" --arg "$dir/floor_cmds.txt" "$1" 0 "$2"; }
+	bench_sf_argc() { local n=0; while bench_sf_arg "$1" "$n" > /dev/null; do n=$((n + 1)); done; echo "$n"; }
+	if [ "$(bench_sf_argc acquire)" != 10 ] || [ "$(bench_sf_argc release)" != 8 ] ||
+		"$dir/floor" --arg "$dir/floor_cmds.txt" acquire 1 0 > /dev/null ||
+		"$dir/floor" --arg "$dir/floor_cmds.txt" release 1 0 > /dev/null ||
+		[ "$(bench_sf_arg acquire 0 | tr a-z A-Z)" != EVALSHA ] || [ "$(bench_sf_arg release 0 | tr a-z A-Z)" != EVALSHA ] ||
+		[ "$(bench_sf_arg acquire 3)" != "$(bench_sf_arg release 3)" ] ||
+		[ "$(bench_sf_arg acquire 5)" != "$(bench_sf_arg release 4)" ] ||
+		[ "$(bench_sf_arg acquire 6)" != "$ttl" ] || [ "$(bench_sf_arg acquire 7)" != "$BENCH_FLOOR_TOKEN" ] ||
+		[ "$(bench_sf_arg acquire 3)" != "$(bench_sf_arg release 5)lock:capture" ] ||
+		[ "$(bench_sf_arg acquire 8)" != "$(bench_sf_arg release 6)" ] ||
+		[ "$(bench_sf_arg acquire 9)" != "$(bench_sf_arg release 7)" ] ||
+		! [[ $(bench_sf_arg acquire 9) =~ ^[0-9]+$ ]]; then
+		echo "$BENCH_NAME: the captured commands (floor_cmds.txt) are no longer laid out as bench/shared/shared_floor.c sends them: update it" >&2
+		exit 1
+	fi
+	acq=$(bench_sf_arg acquire 1 | tr A-F a-f)
+	rel=$(bench_sf_arg release 1 | tr A-F a-f)
+	for addr in ${nodes//,/ }; do
+		p=${addr##*:}
+		for sha in $acq $rel; do
+			if [ "$(redis-cli -p "$p" SCRIPT EXISTS "$sha")" != 1 ]; then
+				bench_src_script "$dir" "$(awk -v h="$sha" '$1 == h { print $2 }' "$dir/src_scripts.txt")" |
+					redis-cli -p "$p" -x SCRIPT LOAD > /dev/null
+			fi
+			[ "$(redis-cli -p "$p" SCRIPT EXISTS "$sha")" = 1 ] ||
+				{ echo "$BENCH_NAME: could not load script $sha on node $p" >&2; exit 1; }
+		done
+	done
+	bench_cluster sf shared_preload_libraries=shared_floor "$@" \
+		"shared_floor.nodes=$nodes" "shared_floor.acquire_sha=$acq" "shared_floor.release_sha=$rel"
+	(bench_use sf; psql -X -q -v ON_ERROR_STOP=1 <<-SQL
+	CREATE EXTENSION shared_floor;
+	-- as bench_cycle: one PL/pgSQL call per cycle, a refusal is an error; the
+	-- captured counter and owner value (the same length as the extension's)
+	CREATE FUNCTION bench_sf_cycle(r text) RETURNS void LANGUAGE plpgsql AS \$\$
+	BEGIN
+		IF NOT shared_floor_cycle('$(bench_sf_arg release 5)lock:' || r, '$(bench_sf_arg acquire 4)', '$(bench_sf_arg acquire 5)', $ttl, '$(bench_sf_arg release 5)',
+			'$(bench_sf_arg acquire 8)', $(bench_sf_arg acquire 9)) THEN
+			RAISE EXCEPTION 'lock on % refused', r;
+		END IF;
+	END
+	\$\$;
+	SQL
+	)
+}
+
+# bench_cycle_sql TTL: the SQL of bench_cycle(r text): one lock + unlock
+# cycle, redlock_try_lock(r, TTL) and redlock_unlock(r), in one PL/pgSQL
+# call, on a resource nobody else uses: a refusal is an error (the pgbench
+# client aborts and the run is reported as failed)
+bench_cycle_sql() {
+	cat <<-SQL
+	CREATE FUNCTION bench_cycle(r text) RETURNS void LANGUAGE plpgsql AS \$\$
+	BEGIN
+		IF redlock_try_lock(r, $1) IS NULL THEN
+			RAISE EXCEPTION 'lock on % refused', r;
+		END IF;
+		IF NOT redlock_unlock(r) THEN
+			RAISE EXCEPTION 'unlock of % found no lease', r;
+		END IF;
+	END
+	\$\$;
+	SQL
 }
 
 # bench_loop_sql TTL: the SQL of bench_loop(rep, n, warm) and its table

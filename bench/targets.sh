@@ -108,9 +108,6 @@ DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 
 bench_pg "$bench_pg_config" "$bench_private"
 bench_need gawk redis-tools gnuplot-nox
-if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
-	bench_need nodejs npm
-fi
 bench_build
 
 rm -rf "$OUT"
@@ -118,11 +115,8 @@ mkdir -p "$OUT"
 echo "== floor client (bench/floor.c) and node-redlock (npm ci in bench/node)" >&2
 bench_floor_build "$OUT"
 echo "== the shared-connection floor (bench/shared)" >&2
-make -s -C bench/shared PG_CONFIG="$PG_CONFIG" install > "$OUT/shared_floor_build.log" 2>&1 ||
-	{ cat "$OUT/shared_floor_build.log" >&2; exit 1; }
-make -s -C bench/shared clean PG_CONFIG="$PG_CONFIG" > /dev/null
-(cd bench/node && npm ci --no-audit --no-fund --loglevel=error > "$OUT/npm.log" 2>&1) ||
-	{ cat "$OUT/npm.log" >&2; exit 1; }
+bench_shared_build "$OUT"
+bench_node_install "$OUT"
 
 bench_workdir targets
 echo "== 5 redis nodes (AOF everysec) on free loopback ports, a throwaway cluster" >&2
@@ -136,7 +130,6 @@ export PGOPTIONS="-c jit=off"
 PG_PM_PID=$(head -1 "$BENCH_WORK/pg/data/postmaster.pid")
 
 q() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
-qsf() { (bench_use sf; q "$@"); }
 log() { echo "-- $*" >&2; }
 KV=$OUT/kv
 : > "$KV"
@@ -150,18 +143,7 @@ q <<SQL
 CREATE EXTENSION redlock;
 $(bench_loop_sql "$TTL")
 
--- One pgbench cycle on a resource nobody else uses: a refusal is an error
--- (the client aborts and the run is reported as failed).
-CREATE FUNCTION bench_cycle(r text) RETURNS void LANGUAGE plpgsql AS \$\$
-BEGIN
-	IF redlock_try_lock(r, $TTL) IS NULL THEN
-		RAISE EXCEPTION 'lock on % refused', r;
-	END IF;
-	IF NOT redlock_unlock(r) THEN
-		RAISE EXCEPTION 'unlock of % found no lease', r;
-	END IF;
-END
-\$\$;
+$(bench_cycle_sql "$TTL")
 SQL
 
 # ---------------------------------------------------------------- the floor's commands
@@ -174,68 +156,14 @@ log "acquire: $ACQ_CMDS"
 log "release: $REL_CMDS"
 
 # ---------------------------------------------------------------- the shared-connection floor
-# bench/shared/shared_floor.c sends an acquire and a release with the
-# arguments where the captured ones have them; it is checked here, so that
-# a change of the scripts' arguments stops the run instead of measuring
-# something else.
-carg() { "$OUT/floor" --arg "$OUT/floor_cmds.txt" "$1" 0 "$2"; }
-cargc() { local n=0; while carg "$1" "$n" > /dev/null; do n=$((n + 1)); done; echo "$n"; }
-if [ "$(cargc acquire)" != 8 ] || [ "$(cargc release)" != 6 ] ||
-	"$OUT/floor" --arg "$OUT/floor_cmds.txt" acquire 1 0 > /dev/null ||
-	"$OUT/floor" --arg "$OUT/floor_cmds.txt" release 1 0 > /dev/null ||
-	[ "$(carg acquire 0 | tr a-z A-Z)" != EVALSHA ] || [ "$(carg release 0 | tr a-z A-Z)" != EVALSHA ] ||
-	[ "$(carg acquire 3)" != "$(carg release 3)" ] || [ "$(carg acquire 5)" != "$(carg release 4)" ] ||
-	[ "$(carg acquire 6)" != "$TTL" ] || [ "$(carg acquire 7)" != "$TOKEN" ] ||
-	[ "$(carg acquire 3)" != "$(carg release 5)lock:capture" ]; then
-	echo "targets: the captured commands (floor_cmds.txt) are no longer laid out as bench/shared/shared_floor.c sends them: update it" >&2
-	exit 1
-fi
-SF_ACQ=$(carg acquire 1 | tr A-F a-f)
-SF_REL=$(carg release 1 | tr A-F a-f)
-for p in $PORTS; do	# EVALSHA only: every node must have both scripts
-	for sha in $SF_ACQ $SF_REL; do
-		if [ "$(redis-cli -p "$p" SCRIPT EXISTS "$sha")" != 1 ]; then
-			bench_src_script "$OUT" "$(awk -v h="$sha" '$1 == h { print $2 }' "$OUT/src_scripts.txt")" |
-				redis-cli -p "$p" -x SCRIPT LOAD > /dev/null
-		fi
-		[ "$(redis-cli -p "$p" SCRIPT EXISTS "$sha")" = 1 ] ||
-			{ echo "targets: could not load script $sha on node $p" >&2; exit 1; }
-	done
-done
-bench_cluster sf shared_preload_libraries=shared_floor fsync=on jit=off max_connections=100 \
-	"shared_floor.nodes=$NODES" "shared_floor.acquire_sha=$SF_ACQ" "shared_floor.release_sha=$SF_REL"
+# a second cluster: bench/shared's module, sending the captured commands'
+# scripts with their arguments (checked by bench_shared_floor)
+bench_shared_floor "$OUT" "$NODES" "$TTL" fsync=on jit=off max_connections=100
 SF_PM_PID=$(head -1 "$BENCH_WORK/sf/data/postmaster.pid")
-qsf <<SQL
-CREATE EXTENSION shared_floor;
--- as bench_cycle: one PL/pgSQL call per cycle, a refusal is an error; the
--- captured counter and owner value (the same length as the extension's)
-CREATE FUNCTION bench_sf_cycle(r text) RETURNS void LANGUAGE plpgsql AS \$\$
-BEGIN
-	IF NOT shared_floor_cycle('$(carg release 5)lock:' || r, '$(carg acquire 4)', '$(carg acquire 5)', $TTL, '$(carg release 5)') THEN
-		RAISE EXCEPTION 'lock on % refused', r;
-	END IF;
-END
-\$\$;
-SQL
 
 # ---------------------------------------------------------------- load
 HZ=$(getconf CLK_TCK)
-# CPU jiffies of our processes: "redis cluster", the redis-servers, and the
-# two clusters (postmasters, their children, and the children they reaped)
-our_cpu() {
-	local r=0 t p c pm
-	for p in $PORTS; do
-		r=$((r + $(awk '{ print $14 + $15 }' "/proc/$(bench_node_pid redis "$p")/stat")))
-	done
-	t=0
-	for pm in $PG_PM_PID $SF_PM_PID; do
-		t=$((t + $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat")))
-		for c in $(pgrep -P "$pm"); do
-			t=$((t + $(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null || echo 0)))
-		done
-	done
-	echo "$r $t"
-}
+our_cpu() { bench_our_cpu redis "$PORTS" "$PG_PM_PID $SF_PM_PID"; }
 kv idle_busy_before "$(bench_idle_busy)"
 kv uptime_before "$(bench_uptime)"
 

@@ -15,7 +15,8 @@
  *	  a deadline.  What it measures is what such a network layer would cost
  *	  at least, against redlock's connections of each backend.
  *
- *	  shared_floor_cycle(lock_key, counter_key, owner, ttl_ms, prefix) runs one
+ *	  shared_floor_cycle(lock_key, counter_key, owner, ttl_ms, prefix,
+ *	  epoch_key, quarantine_ms) runs one
  *	  acquire round and one release round with the scripts whose SHA1s are
  *	  shared_floor.acquire_sha and shared_floor.release_sha (the commands of
  *	  redlock_try_lock and redlock_unlock as the bench captured them, their
@@ -485,6 +486,8 @@ shared_floor_cycle(PG_FUNCTION_ARGS)
 	text	   *owner = PG_GETARG_TEXT_PP(2);
 	int32		ttl = PG_GETARG_INT32(3);
 	text	   *prefix = PG_GETARG_TEXT_PP(4);
+	text	   *epoch = PG_GETARG_TEXT_PP(5);
+	int32		quarantine = PG_GETARG_INT32(6);
 	StringInfoData cmd;
 	char		num[32];
 	struct timeval tv;
@@ -495,7 +498,7 @@ shared_floor_cycle(PG_FUNCTION_ARGS)
 	sf_last_proposal = proposal;
 
 	initStringInfo(&cmd);
-	appendStringInfoString(&cmd, "*8\r\n");
+	appendStringInfoString(&cmd, "*10\r\n");
 	resp_arg(&cmd, "EVALSHA", 7);
 	resp_arg(&cmd, sf_acquire_sha, strlen(sf_acquire_sha));
 	resp_arg(&cmd, "2", 1);
@@ -504,16 +507,20 @@ shared_floor_cycle(PG_FUNCTION_ARGS)
 	resp_arg(&cmd, VARDATA_ANY(owner), VARSIZE_ANY_EXHDR(owner));
 	resp_arg(&cmd, num, snprintf(num, sizeof(num), "%d", ttl));
 	resp_arg(&cmd, num, snprintf(num, sizeof(num), INT64_FORMAT, proposal));
+	resp_arg(&cmd, VARDATA_ANY(epoch), VARSIZE_ANY_EXHDR(epoch));
+	resp_arg(&cmd, num, snprintf(num, sizeof(num), "%d", quarantine));
 	if (!sf_round(&cmd))
 		PG_RETURN_BOOL(false);
 
 	resetStringInfo(&cmd);
-	appendStringInfoString(&cmd, "*6\r\n");
+	appendStringInfoString(&cmd, "*8\r\n");
 	resp_arg(&cmd, "EVALSHA", 7);
 	resp_arg(&cmd, sf_release_sha, strlen(sf_release_sha));
 	resp_arg(&cmd, "1", 1);
 	resp_arg(&cmd, VARDATA_ANY(lock), VARSIZE_ANY_EXHDR(lock));
 	resp_arg(&cmd, VARDATA_ANY(owner), VARSIZE_ANY_EXHDR(owner));
 	resp_arg(&cmd, VARDATA_ANY(prefix), VARSIZE_ANY_EXHDR(prefix));
+	resp_arg(&cmd, VARDATA_ANY(epoch), VARSIZE_ANY_EXHDR(epoch));
+	resp_arg(&cmd, num, snprintf(num, sizeof(num), "%d", quarantine));
 	PG_RETURN_BOOL(sf_round(&cmd));
 }
