@@ -323,10 +323,11 @@ fmt0() {	# a whole number with thousands separators, as the other reports
 		while (s ~ /[0-9][0-9][0-9][0-9]/) sub(/[0-9][0-9][0-9]($|,)/, ",&", s); print s }'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
-cell() {	# cell ITEM N: the median cycles/s, and each repeat's when repeated
-	local m
+cell() {	# cell ITEM N: the median cycles/s, and each repeat's when repeated; † when an error ended clients or cycles
+	local m e=''
 	m=$(med "$1" "$2" cycles_s)
-	if [ "$(reps_n "$1" "$2")" -gt 1 ]; then echo "$(fmt0 "$m") ($(per_rep "$1" "$2" cycles_s))"; else fmt0 "$m"; fi
+	[ "$(errs "$1" "$2")" = 0 ] || e=' †'
+	if [ "$(reps_n "$1" "$2")" -gt 1 ]; then echo "$(fmt0 "$m") ($(per_rep "$1" "$2" cycles_s))$e"; else echo "$(fmt0 "$m")$e"; fi
 }
 errs() {	# errs ITEM N: the errors of the point's runs, all repeats
 	local a f
@@ -406,6 +407,9 @@ REPORT_FILE=$OUT/SCALE.md
 		echo "| $n | $(cell rl2 "$n") | $(cell rl1 "$n") | $(cell node "$n") | $(cell sf "$n") | $(ratio "$(med rl2 "$n" cycles_s)" "$nd") | $(ratio "$(med rl1 "$n" cycles_s)" "$nd") | $(ratio "$(med sf "$n" cycles_s)" "$nd") |"
 	done
 	echo
+	echo "†: errors during the point (see [Errors](#errors)): an error ends its pgbench client,"
+	echo "and the cycles/s are those of the sessions that were left, fewer than the point's."
+	echo
 	echo "![cycles/s against sessions](scale.png)"
 	echo
 	echo "## One hot resource: redlock beside advisory locks"
@@ -422,7 +426,7 @@ REPORT_FILE=$OUT/SCALE.md
 		echo "| $n | $(cell hot "$n") | $(med hot "$n" p50_ms) | $(med hot "$n" p99_ms) | $(most hot "$n" max_ms) | $(cell adv "$n") | $(med adv "$n" p50_ms) | $(med adv "$n" p99_ms) | $(most adv "$n" max_ms) | $(ratio "$(med hot "$n" cycles_s)" "$(med adv "$n" cycles_s)") | $(ratio "$(med hot "$n" p99_ms)" "$(med adv "$n" p99_ms)") |"
 	done
 	echo
-	echo "Max: the longest of all repeats."
+	echo "Max: the longest of all repeats. †: as above."
 	echo
 	echo "## Connections per node"
 	echo
