@@ -432,7 +432,7 @@ REPORT_FILE=$OUT/SCALE.md
 	echo
 	echo "The most client connections of the system measured on any one node during a point"
 	echo "(\`INFO clients\` every ~100 ms, less the sampler's own and other processes'), all"
-	echo "repeats; in brackets the most on the node that saw fewest. redlock's bound:"
+	echo "repeats; in brackets the fewest such a most was (the node and repeat that saw fewest). redlock's bound:"
 	echo "redlock.max_connections_per_node = $MCPN."
 	echo
 	echo "| sessions | redlock, two statements | redlock, one function | redlock, hot resource | node-redlock | floor |"
