@@ -47,7 +47,8 @@ $$;
 -- The restart quarantine rests on each node's epoch, a key on the node
 -- itself (when its present memory began): redlock_nodes and
 -- redlock_stats_nodes show it in three new columns, epoch_since,
--- epoch_run_id and epoch_reason.
+-- epoch_run_id and epoch_reason.  redlock_nodes also names the session's
+-- node list, node_list, as redlock_locks shows it for each lease.
 DROP VIEW redlock_nodes;
 DROP FUNCTION redlock_nodes();
 CREATE FUNCTION redlock_nodes(
@@ -64,7 +65,8 @@ CREATE FUNCTION redlock_nodes(
     OUT quarantined_until timestamptz,
     OUT epoch_since timestamptz,
     OUT epoch_run_id text,
-    OUT epoch_reason text)
+    OUT epoch_reason text,
+    OUT node_list text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_nodes'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -106,7 +108,10 @@ GRANT SELECT ON redlock_stats_nodes TO redlock_user, pg_monitor;
 
 -- Waiters of every server sharing the nodes queue in one order, kept on
 -- the nodes: redlock_locks shows each waiter's place in line (1: next), in
--- a new column, place.
+-- a new column, place.  And which node list each lease is on, node_list
+-- (a database or role may set redlock.nodes of its own, and the same key
+-- on other nodes is another lock): the same id as redlock_nodes shows for
+-- the session's own list.
 DROP VIEW redlock_locks;
 DROP FUNCTION redlock_locks();
 CREATE FUNCTION redlock_locks(
@@ -124,13 +129,14 @@ CREATE FUNCTION redlock_locks(
     OUT lost boolean,
     OUT key text,
     OUT limit_reached boolean,
-    OUT place integer)
+    OUT place integer,
+    OUT node_list text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_locks'
 LANGUAGE C VOLATILE PARALLEL SAFE;
 CREATE VIEW redlock_locks AS
     SELECT l.pid, l.datid, d.datname, l.usesysid, r.rolname AS usename,
-           l.resource, l.key, l.granted, l.token, l.scope, l.waitstart,
+           l.resource, l.key, l.node_list, l.granted, l.token, l.scope, l.waitstart,
            l.place, l.granted_at, l.valid_until, l.keep_alive, l.lost,
            l.limit_reached
       FROM redlock_locks() l
