@@ -3,8 +3,9 @@
 
 -- Objects of 1.1 that this update replaces (their column lists grow): a
 -- user object that depends on one of them, such as a view over
--- redlock_nodes, would make the DROP fail with a hint to use CASCADE.  Say
--- instead what blocks the update and how to proceed, as 1.0 -> 1.1 does.
+-- redlock_nodes or redlock_locks, would make the DROP fail with a hint to
+-- use CASCADE.  Say instead what blocks the update and how to proceed, as
+-- 1.0 -> 1.1 does.
 DO $$
 DECLARE
     blockers text;
@@ -21,10 +22,12 @@ BEGIN
      WHERE d.deptype = 'n'
        AND ((d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
              AND d.refobjid IN ('redlock_nodes()'::pg_catalog.regprocedure,
-                                'redlock_stats_nodes()'::pg_catalog.regprocedure))
+                                'redlock_stats_nodes()'::pg_catalog.regprocedure,
+                                'redlock_locks()'::pg_catalog.regprocedure))
             OR (d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
                 AND d.refobjid IN ('redlock_nodes'::pg_catalog.regclass,
-                                   'redlock_stats_nodes'::pg_catalog.regclass)))
+                                   'redlock_stats_nodes'::pg_catalog.regclass,
+                                   'redlock_locks'::pg_catalog.regclass)))
        -- the extension's own objects (the views' rules) do not count
        AND NOT EXISTS (
            SELECT FROM pg_catalog.pg_depend e
@@ -38,11 +41,49 @@ BEGIN
     IF blockers IS NOT NULL THEN
         RAISE EXCEPTION 'cannot update extension redlock to version 1.2 while other objects depend on objects it replaces'
             USING ERRCODE = 'dependent_objects_still_exist',
-                  DETAIL = 'Version 1.2 replaces redlock_nodes() and redlock_stats_nodes() and their views; these depend on them: ' || blockers || '.',
+                  DETAIL = 'Version 1.2 replaces redlock_nodes(), redlock_stats_nodes() and redlock_locks() and their views; these depend on them: ' || blockers || '.',
                   HINT = 'Save the definitions of those objects, drop them, run ALTER EXTENSION redlock UPDATE, and create them again: the columns they use are unchanged.';
     END IF;
 END
 $$;
+
+-- The objects this update replaces lose their privileges with them: a
+-- GRANT SELECT ON redlock_locks TO monitoring, or a REVOKE made since 1.1,
+-- would be gone silently.  Their ACLs (the views' column privileges too)
+-- are kept here, with their initial privileges (pg_init_privs: what the
+-- extension's own scripts granted, which pg_dump leaves out), and given to
+-- the replacements once those exist (below, after redlock_locks), as
+-- 1.0 -> 1.1 does.
+CREATE TEMPORARY TABLE redlock_acl_1_1 ON COMMIT DROP AS
+    SELECT 'FUNCTION' AS kind, 'pg_catalog.pg_proc'::pg_catalog.regclass AS catalog,
+           v.name, NULL::name AS column_name,
+           coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner)) AS acl,
+           p.proowner AS owner, i.initprivs
+      FROM (VALUES ('redlock_nodes()'), ('redlock_stats_nodes()'),
+                   ('redlock_locks()')) AS v(name)
+      JOIN pg_catalog.pg_proc p ON p.oid = v.name::pg_catalog.regprocedure
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = p.oid AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+    UNION ALL
+    SELECT 'TABLE', 'pg_catalog.pg_class'::pg_catalog.regclass, v.name, NULL,
+           coalesce(c.relacl, pg_catalog.acldefault('r', c.relowner)), c.relowner, i.initprivs
+      FROM (VALUES ('redlock_nodes'), ('redlock_stats_nodes'),
+                   ('redlock_locks')) AS v(name)
+      JOIN pg_catalog.pg_class c ON c.oid = v.name::pg_catalog.regclass
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = c.oid AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            AND i.objsubid = 0
+    UNION ALL
+    SELECT 'COLUMN', 'pg_catalog.pg_class'::pg_catalog.regclass, v.name, a.attname,
+           a.attacl, c.relowner, i.initprivs
+      FROM (VALUES ('redlock_nodes'), ('redlock_stats_nodes'),
+                   ('redlock_locks')) AS v(name)
+      JOIN pg_catalog.pg_class c ON c.oid = v.name::pg_catalog.regclass
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = c.oid AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            AND i.objsubid = a.attnum
+     WHERE a.attacl IS NOT NULL OR i.initprivs IS NOT NULL;
 
 -- The restart quarantine rests on each node's epoch, a key on the node
 -- itself (when its present memory began): redlock_nodes and
@@ -145,3 +186,86 @@ CREATE VIEW redlock_locks AS
 REVOKE ALL ON FUNCTION redlock_locks() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redlock_locks() TO redlock_user, pg_monitor;
 GRANT SELECT ON redlock_locks TO redlock_user, pg_monitor;
+
+-- Each replacement gets the ACL of the object it replaces, entry by entry
+-- (granted by the owner), in place of the extension's own grants above.
+-- Those GRANTs run inside this script, so PostgreSQL records their result
+-- as initial privileges; the replaced object's initial privileges are put
+-- back over them, so that a user's grant stays a user's grant for pg_dump
+-- too.  From PostgreSQL 17 on, pg_shdepend also records the roles of
+-- initial privileges (deptype 'i'): those of roles no longer in them go
+-- too.
+DO $$
+DECLARE
+    o record;
+    a record;
+    target text;
+    new_oid oid;
+    subid integer;
+BEGIN
+    FOR o IN SELECT * FROM pg_temp.redlock_acl_1_1 LOOP
+        IF o.kind = 'FUNCTION' THEN
+            new_oid := o.name::pg_catalog.regprocedure::oid;
+            subid := 0;
+            target := 'FUNCTION ' || o.name;
+        ELSE
+            new_oid := o.name::pg_catalog.regclass::oid;
+            subid := CASE WHEN o.kind = 'TABLE' THEN 0 ELSE
+                     (SELECT t.attnum FROM pg_catalog.pg_attribute t
+                       WHERE t.attrelid = new_oid AND t.attname = o.column_name) END;
+            target := 'TABLE ' || o.name;
+        END IF;
+
+        -- the replacement's grants (the extension's own) go first
+        IF o.kind <> 'COLUMN' THEN
+            FOR a IN
+                SELECT DISTINCT e.grantee
+                  FROM pg_catalog.aclexplode(CASE o.kind
+                           WHEN 'FUNCTION' THEN (SELECT p.proacl FROM pg_catalog.pg_proc p
+                                                  WHERE p.oid = new_oid)
+                           ELSE (SELECT c.relacl FROM pg_catalog.pg_class c
+                                  WHERE c.oid = new_oid) END) e
+                 WHERE e.grantee <> o.owner
+            LOOP
+                EXECUTE format('REVOKE ALL ON %s FROM %s', target,
+                               CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END);
+            END LOOP;
+        END IF;
+        FOR a IN
+            SELECT e.grantee, e.privilege_type, e.is_grantable
+              FROM pg_catalog.aclexplode(o.acl) e
+             WHERE e.grantee <> o.owner
+        LOOP
+            EXECUTE format('GRANT %s%s ON %s TO %s%s', a.privilege_type,
+                           CASE WHEN o.kind = 'COLUMN'
+                                THEN ' (' || pg_catalog.quote_ident(o.column_name) || ')' ELSE '' END,
+                           target,
+                           CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+                           CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+
+        IF o.initprivs IS NULL THEN
+            DELETE FROM pg_catalog.pg_init_privs
+             WHERE objoid = new_oid AND classoid = o.catalog AND objsubid = subid;
+        ELSE
+            UPDATE pg_catalog.pg_init_privs SET initprivs = o.initprivs
+             WHERE objoid = new_oid AND classoid = o.catalog AND objsubid = subid;
+            IF NOT FOUND THEN
+                INSERT INTO pg_catalog.pg_init_privs (objoid, classoid, objsubid, privtype, initprivs)
+                VALUES (new_oid, o.catalog, subid, 'e', o.initprivs);
+            END IF;
+        END IF;
+        DELETE FROM pg_catalog.pg_shdepend s
+         WHERE s.deptype = 'i'
+           AND s.dbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                          WHERE d.datname = pg_catalog.current_database())
+           AND s.classid = o.catalog AND s.objid = new_oid AND s.objsubid = subid
+           AND s.refobjid NOT IN (
+               SELECT r.m FROM pg_catalog.aclexplode(o.initprivs) e,
+                               LATERAL (VALUES (e.grantee), (e.grantor)) AS r(m));
+    END LOOP;
+END
+$$;
+DROP TABLE pg_temp.redlock_acl_1_1;
