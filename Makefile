@@ -39,6 +39,7 @@ OBJS = \
 	src/shared/stats.o \
 	src/shared/shared_rounds.o \
 	src/shared/shared_rounds_backend.o \
+	src/shared/shared_rounds_permits.o \
 	src/shared/shared_rounds_queue.o \
 	src/lease/registry.o \
 	src/lease/lease_report.o \
@@ -54,6 +55,8 @@ OBJS = \
 	src/sql/nodes_view.o \
 	src/sql/health.o \
 	src/sql/holder.o \
+	src/sql/fence_config.o \
+	src/sql/fence_resource.o \
 	src/sql/fence.o \
 	src/sql/fence_refuse.o \
 	src/sql/dispatcher_view.o \
@@ -72,7 +75,7 @@ PG_CPPFLAGS = -I$(srcdir)/src $(HIREDIS_CFLAGS)
 SHLIB_LINK = $(HIREDIS_LIBS) -lcares -lssl -lcrypto
 
 # pg_regress suites: sql/ and expected/
-REGRESS = lease_api fence operations
+REGRESS = lease_api fence fence_resource operations
 REGRESS_OPTS = --inputdir=. --load-extension=redlock
 
 # isolation specs: test/specs and test/expected

@@ -555,7 +555,7 @@ CREATE TRIGGER bad BEFORE UPDATE ON misuse
 UPDATE misuse SET fence_token = 3;
 DROP TRIGGER bad ON misuse;
 CREATE TRIGGER bad BEFORE UPDATE ON misuse
-	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'held', 'strict', 'x');
+	FOR EACH ROW EXECUTE FUNCTION redlock_fence('fence_token', 'held', 'strict', 'resource=t', 'x');
 UPDATE misuse SET fence_token = 3;
 DROP TRIGGER bad ON misuse;
 

@@ -13,7 +13,8 @@
  *	CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON t
  *		FOR EACH ROW EXECUTE FUNCTION redlock_fence(['column' [, 'mode' ...]]);
  *
- * Modes: 'strict' (the default) or 'allow_equal', and 'held'.
+ * Modes: 'strict' (the default) or 'allow_equal', and 'held'; with 'held',
+ * 'resource=COLUMN' binds each row to the resource named in that column.
  *
  * What the fence trusts.  A token is a number anyone who may write the
  * table can offer.  By default the fence trusts it to come from a grant, as
@@ -24,7 +25,12 @@
  * one forged write of 9223372036854775807 would lock every real holder out
  * of the row for good.  In 'held' mode a token is accepted only when this
  * session holds a lease with it whose validity has not run out (the
- * backend's registry knows), so a forged or stale token never lands.
+ * backend's registry knows), so a forged or stale token never lands.  With
+ * 'resource=COLUMN' that lease must be on the row's own resource, so a
+ * session holding acct:2 cannot write the row of acct:1.  An UPDATE that
+ * changes the resource moves the row: the session must hold valid leases on
+ * both, the old resource's token must beat the stored one, and the offered
+ * token, of the new resource's lease, starts the row's history there.
  *
  * Where the offered token comes from:
  *	UPDATE: NEW.col when the UPDATE changes the column; otherwise the setting
@@ -43,8 +49,9 @@
  * so it is refused rather than ignored: ignoring it could let an
  * 'allow_equal' UPDATE through on the column's own value.
  *
- * This file parses the trigger call, finds the offered token and judges
- * it; fence_refuse.c checks it against the clock or the session's leases
+ * This file finds the offered token and judges it; fence_config.c parses
+ * the trigger's arguments, fence_resource.c reads the rows' resources, and
+ * fence_refuse.c checks the token against the clock or the session's leases
  * and raises every refusal.
  *
  * Concurrency needs nothing here: the trigger manager locks the row before
@@ -70,102 +77,7 @@
 #include "base/guc.h"
 #include "base/redlock.h"
 
-#define RL_FENCE_DEFAULT_COLUMN "fence_token"
-
 PG_FUNCTION_INFO_V1(redlock_fence);
-
-/*
- * Resolve the trigger arguments against the table.  Done on every call: it
- * is a scan of the tuple descriptor, far cheaper than the trigger call
- * itself, and needs no cache that ALTER TABLE or partitions could outdate.
- */
-static void
-fence_parse_args(FenceCall *fc)
-{
-	Trigger    *trigger = fc->trigdata->tg_trigger;
-	Relation	rel = fc->rel;
-	TupleDesc	tupdesc = RelationGetDescr(rel);
-	FenceColumn *col = &fc->col;
-	bool		have_comparison = false;
-
-	if (trigger->tgnargs > 3)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("too many arguments for redlock_fence() in trigger \"%s\" on table \"%s\"",
-						trigger->tgname, fence_relname(rel)),
-				 errdetail_plural("The trigger gives %d argument; redlock_fence() takes at most 3.",
-								  "The trigger gives %d arguments; redlock_fence() takes at most 3.",
-								  trigger->tgnargs, trigger->tgnargs),
-				 errhint("Arguments are the token column (default '%s'), then the modes: 'strict' or 'allow_equal', and 'held'.",
-						 RL_FENCE_DEFAULT_COLUMN)));
-
-	fc->allow_equal = false;
-	fc->held = false;
-	for (int i = 1; i < trigger->tgnargs; i++)
-	{
-		const char *mode = trigger->tgargs[i];
-		bool		comparison = true;
-
-		if (strcmp(mode, "allow_equal") == 0)
-			fc->allow_equal = true;
-		else if (strcmp(mode, "strict") == 0)
-			fc->allow_equal = false;
-		else if (strcmp(mode, "held") == 0 && !fc->held)
-		{
-			fc->held = true;
-			comparison = false;
-		}
-		else
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid mode \"%s\" for redlock_fence() in trigger \"%s\" on table \"%s\"",
-							mode, trigger->tgname, fence_relname(rel)),
-					 errhint("Use 'strict' (the offered token must be greater than the stored one) or 'allow_equal' (greater or equal), and 'held' (the token must be of a valid lease this session holds), each at most once.")));
-		if (comparison)
-		{
-			if (have_comparison)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("invalid mode \"%s\" for redlock_fence() in trigger \"%s\" on table \"%s\"",
-								mode, trigger->tgname, fence_relname(rel)),
-						 errdetail("The trigger gives more than one of 'strict' and 'allow_equal'."),
-						 errhint("Use 'strict' (the offered token must be greater than the stored one) or 'allow_equal' (greater or equal), and 'held' (the token must be of a valid lease this session holds), each at most once.")));
-			have_comparison = true;
-		}
-	}
-
-	col->name = trigger->tgnargs >= 1 ? trigger->tgargs[0] : RL_FENCE_DEFAULT_COLUMN;
-	col->attnum = InvalidAttrNumber;
-	for (int i = 0; i < tupdesc->natts; i++)
-	{
-		Form_pg_attribute attr = TupleDescAttr(tupdesc, i);
-
-		if (!attr->attisdropped && strcmp(NameStr(attr->attname), col->name) == 0)
-		{
-			col->attnum = attr->attnum;
-			col->typid = attr->atttypid;
-			break;
-		}
-	}
-
-	if (col->attnum == InvalidAttrNumber)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_COLUMN),
-				 errmsg("fencing token column \"%s\" of table \"%s\" does not exist",
-						col->name, fence_relname(rel)),
-				 errdetail("Trigger \"%s\" uses redlock_fence() with token column \"%s\".",
-						   trigger->tgname, col->name),
-				 errhint("Add a bigint column \"%s\", or name the token column in the trigger's first argument (case-sensitive).",
-						 col->name)));
-
-	if (col->typid != INT8OID && col->typid != INT4OID && col->typid != INT2OID)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("fencing token column \"%s\" of table \"%s\" has type %s",
-						col->name, fence_relname(rel), format_type_be(col->typid)),
-				 errdetail("The token column must be of type bigint, integer or smallint."),
-				 errhint("Lease tokens need bigint.")));
-}
 
 /* Fetch the column as int64; false when NULL. */
 static bool
@@ -257,6 +169,18 @@ fence_judge(const FenceCall *fc, int64 offered, bool have_stored, int64 stored)
 	else
 		fence_check_clock(fc, offered);
 
+	/*
+	 * A row moving to another resource: the stored token is of the old
+	 * resource's leases, so the old resource's lease answers for it; the
+	 * offered token starts the row's history under the new one, as an INSERT
+	 * would.
+	 */
+	if (fc->old_resource != NULL)
+	{
+		fence_check_move(fc, have_stored, stored);
+		return;
+	}
+
 	if (!have_stored || offered > stored || (fc->allow_equal && offered == stored))
 		return;
 	fence_reject_stale(fc, offered, stored);
@@ -304,6 +228,7 @@ redlock_fence(PG_FUNCTION_ARGS)
 	fc.trigdata = trigdata;
 	fc.rel = rel;
 	fence_parse_args(&fc);
+	fence_read_resources(&fc);
 	tupdesc = RelationGetDescr(rel);
 
 	if (TRIGGER_FIRED_BY_UPDATE(event))

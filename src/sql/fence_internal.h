@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * fence_internal.h
- *	  What the two files of the fence share: the trigger call as parsed
+ *	  What the files of the fence share: the trigger call as parsed
+ *	  (fence_config.c), the row's resource (fence_resource.c), the judgement
  *	  (fence.c) and the refusals (fence_refuse.c).
  *
  *-------------------------------------------------------------------------
@@ -15,7 +16,7 @@
 #include "base/guc.h"
 #include "base/redlock.h"
 
-/* The token column as found in the tuple descriptor. */
+/* A column named by the trigger, as found in the tuple descriptor. */
 typedef struct FenceColumn
 {
 	const char *name;
@@ -23,7 +24,10 @@ typedef struct FenceColumn
 	Oid			typid;
 } FenceColumn;
 
-/* One call of the trigger: the table, its token column and the modes. */
+/*
+ * One call of the trigger: the table, its token column, the modes and, with
+ * 'resource=COLUMN', the rows' resources.
+ */
 typedef struct FenceCall
 {
 	TriggerData *trigdata;
@@ -31,6 +35,12 @@ typedef struct FenceCall
 	FenceColumn col;
 	bool		allow_equal;	/* 'allow_equal': offered >= stored */
 	bool		held;			/* 'held': a lease of this session's */
+	FenceColumn res;			/* 'resource=COLUMN'; attnum is
+								 * InvalidAttrNumber without it */
+	const char *resource;		/* the row's resource: the new row's
+								 * (INSERT, UPDATE), the old row's (DELETE) */
+	const char *old_resource;	/* an UPDATE that changes it: the old row's;
+								 * otherwise NULL */
 } FenceCall;
 
 /* Why a write offers no token; each gets its own detail message. */
@@ -48,9 +58,17 @@ fence_relname(Relation rel)
 	return RelationGetRelationName(rel);
 }
 
+/* the trigger's arguments (fence_config.c) */
+extern void fence_parse_args(FenceCall *fc);
+
+/* the rows' resources, with 'resource=COLUMN' (fence_resource.c) */
+extern void fence_read_resources(FenceCall *fc);
+
 /* checks that return only when the token passes them */
 extern void fence_check_clock(const FenceCall *fc, int64 offered);
 extern void fence_check_held(const FenceCall *fc, int64 offered);
+extern void fence_check_move(const FenceCall *fc, bool have_stored,
+							 int64 stored);
 
 /* refusals */
 extern pg_noreturn void fence_reject_scope(const FenceCall *fc,

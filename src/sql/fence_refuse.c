@@ -3,7 +3,8 @@
  * fence_refuse.c
  *	  The fence's refusals: what it checks of an offered token besides the
  *	  comparison with the stored one (the clock; in 'held' mode, the
- *	  session's own leases), and the message of every refusal.
+ *	  session's own leases, on the row's resource with 'resource=COLUMN'),
+ *	  and the message of every refusal.
  *
  * Every refusal is ERRCODE_REDLOCK_STALE_TOKEN (RL001), so that an
  * application can tell a fenced-out write from any other failure; the
@@ -207,45 +208,161 @@ fence_check_clock(const FenceCall *fc, int64 offered)
 }
 
 /*
+ * This session's lease on a resource, or NULL.  A value longer than any
+ * resource name is no lease's (the registry compares names only that far).
+ */
+static RlLease *
+fence_lease_on(const char *resource)
+{
+	if (strlen(resource) > RL_MAX_RESOURCE_LEN)
+		return NULL;
+	return rl_registry_held(resource);
+}
+
+/* The token is of no lease of this session ('held' mode). */
+static pg_noreturn void
+fence_reject_not_held(const FenceCall *fc, int64 offered)
+{
+	const char *tgname = fc->trigdata->tg_trigger->tgname;
+	RlLease    *own = fc->resource ? fence_lease_on(fc->resource) : NULL;
+
+	fence_count_refusal(fc);
+	ereport(ERROR,
+			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+			 errmsg("fencing token for table \"%s\" is not held by this session",
+					fence_relname(fc->rel)),
+			 fc->resource == NULL ?
+			 FENCE_DETAIL(fc, "Offered token %lld is not the token of a lease this session holds, and trigger \"%s\" accepts only those ('held' mode).",
+						  (long long) offered, tgname) :
+			 own != NULL ?
+			 FENCE_DETAIL(fc, "Offered token %lld is not the token of a lease this session holds; its lease on \"%s\", the row's resource, has token %lld.",
+						  (long long) offered, fc->resource, (long long) own->token) :
+			 FENCE_DETAIL(fc, "Offered token %lld is not the token of a lease this session holds, nor does it hold one on \"%s\", the row's resource, which trigger \"%s\" requires.",
+						  (long long) offered, fc->resource, tgname),
+			 TRIGGER_FIRED_BY_INSERT(fc->trigdata->tg_event) ?
+			 FENCE_HINT(fc, "Take the lease in this session and write with its token.  A data-only restore (pg_restore --data-only) must bypass the fence: use pg_restore --disable-triggers, or session_replication_role = replica.") :
+			 FENCE_HINT(fc, "Take the lease in this session and write with its token."),
+			 errtablecol(fc->rel, fc->col.attnum)));
+}
+
+/* The token is of this session's lease on another resource than the row's. */
+static pg_noreturn void
+fence_reject_other_resource(const FenceCall *fc, int64 offered,
+							const RlLease *lease)
+{
+	fence_count_refusal(fc);
+	ereport(ERROR,
+			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+			 errmsg("fencing token for table \"%s\" belongs to a lease on another resource",
+					fence_relname(fc->rel)),
+			 FENCE_DETAIL(fc, "Offered token %lld is the token of this session's lease on \"%s\", and the row's resource (column \"%s\") is \"%s\".",
+						  (long long) offered, lease->resource, fc->res.name,
+						  fc->resource),
+			 FENCE_HINT(fc, "Take the lease on \"%s\" and write the row with its token.",
+						fc->resource),
+			 errtablecol(fc->rel, fc->col.attnum)));
+}
+
+/* The lease behind the token has run out. */
+static pg_noreturn void
+fence_reject_expired(const FenceCall *fc, int64 offered, const RlLease *lease)
+{
+	fence_count_refusal(fc);
+	ereport(ERROR,
+			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+			 errmsg("fencing token for table \"%s\" belongs to an expired lease",
+					fence_relname(fc->rel)),
+			 FENCE_DETAIL(fc, "Offered token %lld is the token of this session's lease on \"%s\", whose validity has run out.",
+						  (long long) offered, lease->resource),
+			 FENCE_HINT(fc, "Take the lease again, re-read the row, and write with the new token."),
+			 errtablecol(fc->rel, fc->col.attnum)));
+}
+
+/* Has the lease's validity run out? */
+static bool
+fence_expired(const RlLease *lease)
+{
+	return rl_registry_valid_until(lease) <= rl_now_us();
+}
+
+/*
  * 'held' mode: the token must be that of a lease this session holds, whose
- * validity has not run out.
+ * validity has not run out; with 'resource=COLUMN', a lease on the row's
+ * resource.
  */
 void
 fence_check_held(const FenceCall *fc, int64 offered)
 {
-	RlLease    *lease = rl_registry_held_token(offered);
-	int64_t		valid_until;
-	int64_t		now;
+	RlLease    *lease;
 
+	if (fc->resource == NULL)
+		lease = rl_registry_held_token(offered);
+	else
+	{
+		/*
+		 * By the resource first: leases of two resources may carry the same
+		 * token.
+		 */
+		lease = fence_lease_on(fc->resource);
+		if (lease == NULL || lease->token != offered)
+		{
+			lease = rl_registry_held_token(offered);
+			if (lease != NULL)
+				fence_reject_other_resource(fc, offered, lease);
+		}
+	}
 	if (lease == NULL)
+		fence_reject_not_held(fc, offered);
+	if (fence_expired(lease))
+		fence_reject_expired(fc, offered, lease);
+}
+
+/*
+ * An UPDATE moves the row from fc->old_resource to fc->resource (whose
+ * lease fence_check_held() has found).  The session must also hold a valid
+ * lease on the old resource, newer than the row's stored token, which a
+ * holder of the old resource wrote.
+ */
+void
+fence_check_move(const FenceCall *fc, bool have_stored, int64 stored)
+{
+	const char *from = fc->old_resource;
+	RlLease    *lease = fence_lease_on(from);
+
+	if (lease == NULL || fence_expired(lease))
 	{
 		fence_count_refusal(fc);
 		ereport(ERROR,
 				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-				 errmsg("fencing token for table \"%s\" is not held by this session",
-						fence_relname(fc->rel)),
-				 FENCE_DETAIL(fc, "Offered token %lld is not the token of a lease this session holds, and trigger \"%s\" accepts only those ('held' mode).",
-							  (long long) offered, fc->trigdata->tg_trigger->tgname),
-				 TRIGGER_FIRED_BY_INSERT(fc->trigdata->tg_event) ?
-				 FENCE_HINT(fc, "Take the lease in this session and write with its token.  A data-only restore (pg_restore --data-only) must bypass the fence: use pg_restore --disable-triggers, or session_replication_role = replica.") :
-				 FENCE_HINT(fc, "Take the lease in this session and write with its token."),
-				 errtablecol(fc->rel, fc->col.attnum)));
+				 errmsg("row of table \"%s\" cannot leave resource \"%s\" without a valid lease on it",
+						fence_relname(fc->rel), from),
+				 lease == NULL ?
+				 FENCE_DETAIL(fc, "The UPDATE moves the row from resource \"%s\" to \"%s\" (column \"%s\"), and this session holds no lease on \"%s\".",
+							  from, fc->resource, fc->res.name, from) :
+				 FENCE_DETAIL(fc, "The UPDATE moves the row from resource \"%s\" to \"%s\" (column \"%s\"), and this session's lease on \"%s\" has run out.",
+							  from, fc->resource, fc->res.name, from),
+				 FENCE_HINT(fc, "Hold leases on both resources, and write with the token of the lease on \"%s\".",
+							fc->resource),
+				 errtablecol(fc->rel, fc->res.attnum)));
 	}
 
-	valid_until = rl_registry_valid_until(lease);
-	now = rl_now_us();
-	if (valid_until <= now)
-	{
-		fence_count_refusal(fc);
-		ereport(ERROR,
-				(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
-				 errmsg("fencing token for table \"%s\" belongs to an expired lease",
-						fence_relname(fc->rel)),
-				 FENCE_DETAIL(fc, "Offered token %lld is the token of this session's lease on \"%s\", whose validity has run out.",
-							  (long long) offered, lease->resource),
-				 FENCE_HINT(fc, "Take the lease again, re-read the row, and write with the new token."),
-				 errtablecol(fc->rel, fc->col.attnum)));
-	}
+	if (!have_stored || lease->token > stored ||
+		(fc->allow_equal && lease->token == stored))
+		return;
+	fence_count_refusal(fc);
+	ereport(ERROR,
+			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+			 errmsg("stale fencing token for table \"%s\"", fence_relname(fc->rel)),
+			 fc->allow_equal ?
+			 FENCE_DETAIL(fc, "The UPDATE moves the row from resource \"%s\" to \"%s\"; this session's lease on \"%s\" has token %lld, less than the stored token %lld.",
+						  from, fc->resource, from, (long long) lease->token,
+						  (long long) stored) :
+			 FENCE_DETAIL(fc, "The UPDATE moves the row from resource \"%s\" to \"%s\"; this session's lease on \"%s\" has token %lld, not greater than the stored token %lld.",
+						  from, fc->resource, from, (long long) lease->token,
+						  (long long) stored),
+			 FENCE_HINT(fc, "A newer holder of \"%s\" has written this row; take the lease again and re-read the row.",
+						from),
+			 errtablecol(fc->rel, fc->col.attnum)));
 }
 
 /* The offered token is not positive. */

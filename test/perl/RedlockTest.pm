@@ -292,7 +292,7 @@ SQL
 # servers on the same nodes (redlock_pair): a waiter on one that the other's
 # releases must reach.
 
-push @EXPORT, qw(run_in long_session granted_after waiters reload_seen
+push @EXPORT, qw(run_in lease_ran_out long_session granted_after waiters reload_seen
   worker_pid proc_kb socket_inodes net_sockets attempts lock_values offer_values queued_offers command_calls
   remote_waiter);
 
@@ -305,6 +305,18 @@ sub run_in
 	my $err = $session->{stderr};
 	$session->{stderr} = '';
 	return ($out // '', $err // '');
+}
+
+# wait until the validity of background session $session's lease on
+# $resource has run out (validity_ms 0 in redlock_leases, within $seconds,
+# default 10): true once it has
+sub lease_ran_out
+{
+	my ($session, $resource, $seconds) = @_;
+	return wait_for(sub {
+		(run_in($session,
+			"SELECT validity_ms FROM redlock_leases WHERE resource = '$resource'"))[0] eq '0'
+	}, $seconds // 10);
 }
 
 # a background session of $pg (on database $db, default postgres) that

@@ -269,10 +269,10 @@ is($pg->safe_psql('upd', "SELECT has_function_privilege('keeps_grant', 'redlock_
 
 # ---------- update from 1.1: user objects and privileges on what it replaces ----------
 
-# 1.2 replaces redlock_nodes, redlock_stats_nodes and redlock_locks (views
-# and functions): a view of the user's over any of them blocks the update
-# with 2BP01, named; the privileges on them carry over, and stay the
-# user's (not initial privileges) for pg_dump
+# 1.2 replaces redlock_nodes, redlock_stats_nodes, redlock_locks and
+# redlock_dispatcher (views and functions): a view of the user's over any
+# of them blocks the update with 2BP01, named; the privileges on them carry
+# over, and stay the user's (not initial privileges) for pg_dump
 $pg->safe_psql('postgres', 'CREATE DATABASE upd12');
 $pg->safe_psql('upd12', "CREATE EXTENSION redlock VERSION '1.1'");
 $pg->safe_psql('upd12', <<'SQL');
@@ -283,17 +283,20 @@ GRANT EXECUTE ON FUNCTION redlock_nodes(), redlock_stats_nodes(), redlock_locks(
 GRANT SELECT ON redlock_locks TO column_viewer WITH GRANT OPTION;
 GRANT SELECT (node, reachable) ON redlock_nodes TO column_viewer;
 REVOKE SELECT ON redlock_stats_nodes FROM pg_monitor;
+REVOKE SELECT ON redlock_dispatcher FROM PUBLIC;
+GRANT SELECT ON redlock_dispatcher TO viewer;
 CREATE VIEW my_nodes AS SELECT node, quarantined_until FROM redlock_nodes;
 CREATE VIEW my_locks AS SELECT pid, resource FROM redlock_locks;
+CREATE VIEW my_dispatcher AS SELECT rounds_shared FROM redlock_dispatcher;
 SQL
 my ($rc12, $out12, $err12) = $pg->psql('upd12', 'ALTER EXTENSION redlock UPDATE',
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-like($err12, qr/ERROR:  2BP01: cannot update extension redlock to version 1\.2 while other objects depend on objects it replaces.*DETAIL:  .*these depend on them: view my_locks, view my_nodes\./s,
-	'1.1 -> 1.2: views over redlock_locks and redlock_nodes block the update, 2BP01, named');
-$pg->safe_psql('upd12', 'DROP VIEW my_nodes');
+like($err12, qr/ERROR:  2BP01: cannot update extension redlock to version 1\.2 while other objects depend on objects it replaces.*DETAIL:  .*these depend on them: view my_dispatcher, view my_locks, view my_nodes\./s,
+	'1.1 -> 1.2: views over redlock_dispatcher, redlock_locks and redlock_nodes block the update, 2BP01, named');
+$pg->safe_psql('upd12', 'DROP VIEW my_nodes, my_dispatcher');
 ($rc12, $out12, $err12) = $pg->psql('upd12', 'ALTER EXTENSION redlock UPDATE',
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-like($err12, qr/ERROR:  2BP01: .*DETAIL:  Version 1\.2 replaces redlock_nodes\(\), redlock_stats_nodes\(\) and redlock_locks\(\) and their views; these depend on them: view my_locks\./s,
+like($err12, qr/ERROR:  2BP01: .*DETAIL:  Version 1\.2 replaces redlock_nodes\(\), redlock_stats_nodes\(\), redlock_locks\(\) and redlock_dispatcher\(\) and their views; these depend on them: view my_locks\./s,
 	'... a view over redlock_locks alone too (not PostgreSQL\'s error for the DROP)');
 $pg->safe_psql('upd12', 'DROP VIEW my_locks; ALTER EXTENSION redlock UPDATE');
 is($pg->safe_psql('upd12',
@@ -306,17 +309,18 @@ is($pg->safe_psql('upd12',
 is($pg->safe_psql('upd12', <<'SQL'),
 SELECT v, has_table_privilege('viewer', v, 'SELECT'),
        has_function_privilege('viewer', v || '()', 'EXECUTE')
-  FROM unnest(ARRAY['redlock_locks', 'redlock_nodes', 'redlock_stats_nodes']) v ORDER BY v
+  FROM unnest(ARRAY['redlock_dispatcher', 'redlock_locks', 'redlock_nodes', 'redlock_stats_nodes']) v ORDER BY v
 SQL
-	"redlock_locks|t|t\nredlock_nodes|t|t\nredlock_stats_nodes|t|t",
-	'the grants on the three views and their functions survive the update');
+	"redlock_dispatcher|t|t\nredlock_locks|t|t\nredlock_nodes|t|t\nredlock_stats_nodes|t|t",
+	'the grants on the four views and their functions survive the update');
 is($pg->safe_psql('upd12',
 		"SELECT has_table_privilege('column_viewer', 'redlock_locks', 'SELECT WITH GRANT OPTION'),"
 		  . " has_column_privilege('column_viewer', 'redlock_nodes', 'node', 'SELECT'),"
 		  . " has_column_privilege('column_viewer', 'redlock_nodes', 'error', 'SELECT'),"
 		  . " has_table_privilege('pg_monitor', 'redlock_stats_nodes', 'SELECT'),"
-		  . " has_table_privilege('pg_monitor', 'redlock_locks', 'SELECT')"),
-	't|t|f|f|t', 'so do a grant option, column grants, a revoke, and the extension\'s own grants');
+		  . " has_table_privilege('pg_monitor', 'redlock_locks', 'SELECT'),"
+		  . " has_table_privilege('column_viewer', 'redlock_dispatcher', 'SELECT')"),
+	't|t|f|f|t|f', 'so do a grant option, column grants, revokes, and the extension\'s own grants');
 is($pg->safe_psql('upd12', 'SET ROLE viewer; SELECT count(*) FROM redlock_locks'),
 	'0', 'viewer reads redlock_locks after the update');
 my ($dump12) = run_command([ 'pg_dump', '-s', '-d', $pg->connstr('upd12') ]);
@@ -326,13 +330,16 @@ like($dump12, qr/GRANT SELECT\(node\) ON TABLE public\.redlock_nodes TO column_v
 	'nor the column grant');
 like($dump12, qr/REVOKE SELECT ON TABLE public\.redlock_stats_nodes FROM pg_monitor;/,
 	'and the revoke');
+like($dump12, qr/REVOKE SELECT ON TABLE public\.redlock_dispatcher FROM PUBLIC;/,
+	'and the revoke from PUBLIC');
 unlike($dump12, qr/TO redlock_user;/, "the extension's own grants stay initial");
 # with the user's changes undone, privileges and initial privileges are a
 # fresh 1.2's
 $pg->safe_psql('upd12', <<'SQL');
-REVOKE ALL ON redlock_nodes, redlock_stats_nodes, redlock_locks FROM viewer, column_viewer CASCADE;
+REVOKE ALL ON redlock_nodes, redlock_stats_nodes, redlock_locks, redlock_dispatcher FROM viewer, column_viewer CASCADE;
 REVOKE ALL ON FUNCTION redlock_nodes(), redlock_stats_nodes(), redlock_locks() FROM viewer;
 GRANT SELECT ON redlock_stats_nodes TO pg_monitor;
+GRANT SELECT ON redlock_dispatcher TO PUBLIC;
 SQL
 is($pg->safe_psql('upd12', privileges_sql()), $pg->safe_psql('fresh', privileges_sql()),
 	'with those grants undone, 1.1 + update has the privileges and initial privileges of a fresh 1.2');

@@ -105,9 +105,7 @@ run_in($a, "SELECT redlock_unlock('held:1')");
 ($out, $err) = run_in($a, "UPDATE held SET body = 'late', fence_token = $ta + 1 WHERE id = 1");
 like($err, qr/is not held by this session/, 'after the unlock, the token is no longer held');
 my ($ts) = run_in($a, "SELECT redlock_lock('held:short', 200)");
-ok(wait_for(sub {
-	(run_in($a, "SELECT validity_ms FROM redlock_leases WHERE resource = 'held:short'"))[0] eq '0'
-}, 10), 'the short lease ran out (validity 0 in redlock_leases)');
+ok(lease_ran_out($a, 'held:short'), 'the short lease ran out (validity 0 in redlock_leases)');
 ($out, $err) = run_in($a, "UPDATE held SET body = 'stale', fence_token = $ts WHERE id = 1");
 like($err, qr/RL001: fencing token for table "held" belongs to an expired lease/,
 	'a token of an expired lease is refused');
