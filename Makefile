@@ -28,6 +28,7 @@ OBJS = \
 	src/protocol/protocol_extend.o \
 	src/protocol/protocol_handoff.o \
 	src/protocol/protocol_release.o \
+	src/protocol/protocol_multi.o \
 	src/shared/lock_table_index.o \
 	src/shared/lock_table.o \
 	src/shared/lock_table_keep.o \
@@ -48,8 +49,11 @@ OBJS = \
 	src/lease/session_nodes.o \
 	src/lease/lease_wait.o \
 	src/lease/lease_acquire.o \
+	src/lease/lease_multi.o \
+	src/lease/lease_multi_wait.o \
 	src/sql/module.o \
 	src/sql/lease_sql.o \
+	src/sql/lease_multi_sql.o \
 	src/sql/locks_view.o \
 	src/sql/nodes_view.o \
 	src/sql/health.o \
