@@ -78,7 +78,7 @@ PG_CPPFLAGS = -I$(srcdir)/src $(HIREDIS_CFLAGS)
 SHLIB_LINK = $(HIREDIS_LIBS) -lcares -lssl -lcrypto
 
 # pg_regress suites: sql/ and expected/
-REGRESS = lease_api fence fence_resource operations
+REGRESS = lease_api fence fence_resource operations multi
 REGRESS_OPTS = --inputdir=. --load-extension=redlock
 
 # isolation specs: test/specs and test/expected
