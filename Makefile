@@ -82,7 +82,7 @@ REGRESS = lease_api fence fence_resource operations multi
 REGRESS_OPTS = --inputdir=. --load-extension=redlock
 
 # isolation specs: test/specs and test/expected
-ISOLATION = lease_contention lease_wakeup lease_wait_cancel fence_rc fence_rr fence_ser fence_pause
+ISOLATION = lease_contention lease_wakeup lease_wait_cancel lease_multi fence_rc fence_rr fence_ser fence_pause
 ISOLATION_OPTS = --inputdir=test --outputdir=output_iso --load-extension=redlock
 
 EXTRA_CLEAN = output_iso test/unit/test_quorum
