@@ -24,17 +24,13 @@
  */
 #include "postgres.h"
 
-#include "common/pg_prng.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
-#include "storage/proc.h"
-#include "utils/guc.h"
 
 #include "base/wait_events.h"
 #include "lease/lease_multi_wait.h"
-#include "lease/lease_report.h"
+#include "lease/lease_wait.h"
 #include "shared/lock_table.h"
-#include "shared/stats.h"
 
 /* The latest expiry of a lease a backend here holds on one of the keys. */
 static int64_t
@@ -61,53 +57,8 @@ rl_multi_held_here(const RlMultiWaiter *w)
 static long
 sleep_ms(const RlMultiWaiter *w, const RlRequest *last)
 {
-	long		delay_ms = rl_retry_delay_ms;
-	int64_t		now = rl_now_us();
-	int64_t		expiry = holders_expiry(w);
-	int			limit_ms = -1;
-
-	if (rl_retry_jitter_ms > 0)
-		delay_ms += (long) pg_prng_uint64_range(&pg_global_prng_state, 0,
-												rl_retry_jitter_ms);
-	if (expiry > now)
-		delay_ms = Min(delay_ms, (expiry - now) / 1000 + 1);
-	else if (expiry > 0 && now - expiry < 1000000)
-		delay_ms = Min(delay_ms, 20);	/* it should be gone any moment */
-
-	if (LockTimeout > 0)
-		limit_ms = LockTimeout;
-	if (w->wait_ms >= 0 && (limit_ms < 0 || w->wait_ms < limit_ms))
-		limit_ms = w->wait_ms;
-	if (limit_ms >= 0)
-	{
-		int64_t		left_ms = limit_ms - (now - w->started_us) / 1000;
-
-		if (left_ms <= 0)
-		{
-			StringInfoData detail;
-
-			initStringInfo(&detail);
-			if (last != NULL)
-			{
-				appendStringInfoString(&detail, "Last attempt:");
-				rl_describe_nodes(&detail, last);
-			}
-			else
-				appendStringInfoString(&detail, "Another session of this server holds one of them.");
-			rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
-			rl_stats_acquire_latency(now - w->started_us);
-			ereport(ERROR,
-					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 limit_ms == w->wait_ms ?
-					 errmsg("could not obtain leases on \"%s\" within wait_ms (%d ms)",
-							w->names, w->wait_ms) :
-					 errmsg("could not obtain leases on \"%s\" within lock_timeout (%d ms)",
-							w->names, LockTimeout),
-					 errdetail_internal("%s", detail.data)));
-		}
-		delay_ms = Min(delay_ms, left_ms);
-	}
-	return delay_ms;
+	return rl_wait_sleep_ms(holders_expiry(w), w->started_us, w->wait_ms,
+							last, w->names, true);
 }
 
 /* Was any row of the call woken for a reason (a release of its key)? */

@@ -332,11 +332,12 @@ rl_first_waiter(const char *key, int skip)
 }
 
 /*
- * Lock held (exclusive).  Mark woken every multi-resource waiter of key on
- * nodes (but skip) and put the processes to wake in procnos (up to
- * RL_WAKE_MULTI_MAX; one beyond that wakes at its backstop); returns how
- * many.  A multi-resource call takes no place in line: every release of
- * any of its keys lets it try its whole set again.
+ * Lock held (exclusive).  Mark woken every multi-resource call for key on
+ * nodes (but skip), asleep or not yet (its round under way: it then asks
+ * again at once rather than sleep), and put the processes to wake in
+ * procnos (up to RL_WAKE_MULTI_MAX; one beyond that wakes at its
+ * backstop); returns how many.  A multi-resource call takes no place in
+ * line: every release of any of its keys lets it try its whole set again.
  */
 int
 rl_wake_multi_on(const char *key, uint64_t nodes, int skip, int *procnos)
@@ -349,7 +350,7 @@ rl_wake_multi_on(const char *key, uint64_t nodes, int skip, int *procnos)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
-		if (!s->multi || s->granted || !s->waiting || i == skip ||
+		if (!s->multi || s->granted || i == skip ||
 			s->nodes != nodes || !RL_SLOT_OF_KEY(s, hash, key))
 			continue;
 		s->woken = true;
