@@ -40,6 +40,7 @@ OBJS = \
 	src/shared/stats.o \
 	src/shared/shared_rounds.o \
 	src/shared/shared_rounds_backend.o \
+	src/shared/shared_rounds_permits.o \
 	src/shared/shared_rounds_queue.o \
 	src/lease/registry.o \
 	src/lease/lease_report.o \

@@ -29,6 +29,8 @@ uint64_t	rl_tls_files_serial = 0;
 char	   *rl_tls_ca_file = NULL;
 char	   *rl_tls_cert_file = NULL;
 char	   *rl_tls_key_file = NULL;
+int			rl_max_connections_per_node = 16;
+int			rl_idle_connection_timeout_ms = 10000;
 
 /*
  * A setting that decides how the nodes are reached was assigned: a new
@@ -216,6 +218,24 @@ rl_define_net_gucs(void)
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY,
 							   check_tls_key_file, assign_tls_key_file, NULL);
+
+	DefineCustomIntVariable("redlock.max_connections_per_node",
+							"The most connections this server opens to each Redis node.",
+							"Three are the workers' (dispatcher, wake-up, keep-alive); the rest are backends' own, one per node for each backend that holds some.  A backend without any sends its calls through the dispatcher's shared connections, or waits for a backend's to close.  Needs redlock in shared_preload_libraries.",
+							&rl_max_connections_per_node,
+							16, RL_WORKER_CONNECTIONS + 1, 10000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redlock.idle_connection_timeout",
+							"A backend closes its own connections to the Redis nodes after they were unused this long.",
+							"Sooner when another backend waits for connections.",
+							&rl_idle_connection_timeout_ms,
+							10000, 100, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("redlock.dns_servers",
 							   "DNS servers used to look up node host names, instead of /etc/resolv.conf.",

@@ -19,6 +19,15 @@ extern uint64_t rl_tls_files_serial;	/* bumped when a TLS setting is
 
 extern char *rl_dns_servers;
 
+/*
+ * The connections of one server to each node: the workers' (one each:
+ * dispatcher, wake-up, keep-alive) and the backends' own
+ * (shared/shared_rounds_permits.c).
+ */
+#define RL_WORKER_CONNECTIONS	3
+extern int	rl_max_connections_per_node;
+extern int	rl_idle_connection_timeout_ms;
+
 /* redlock.tls_mode: libpq's sslmode words */
 typedef enum RlTlsMode
 {

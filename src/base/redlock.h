@@ -37,7 +37,7 @@
 
 /*
  * SQLSTATEs of our own, in class "RL" (classes I-Z are free for
- * implementations).  Documented in README.md.
+ * implementations).  Documented in doc/reference.md ("SQLSTATEs").
  */
 #define ERRCODE_REDLOCK_STALE_TOKEN		MAKE_SQLSTATE('R','L','0','0','1')
 #define ERRCODE_REDLOCK_NOT_GRANTED		MAKE_SQLSTATE('R','L','0','0','2')

@@ -12,6 +12,9 @@
  */
 #include "postgres.h"
 
+#include <signal.h>
+#include <sys/socket.h>
+
 #include "net/node_internal.h"
 
 #define RL_BACKOFF_MIN_MS	100
@@ -52,6 +55,49 @@ rl_nodes_disconnect_all(void)
 	for (int i = 0; i < rl_nnodes; i++)
 		node_disconnect(&rl_nodes[i]);
 	resolve_shutdown();
+}
+
+/*
+ * Idle connections ended from a signal handler (the idle timer of
+ * shared/shared_rounds_permits.c, which fires only while this process runs no
+ * round): shutdown(2), which is async-signal-safe, ends each connection
+ * for its node at once; the sockets and the rest of their state are let go
+ * at the next round (rl_nodes_close_shut), quietly: no failure, no backoff.
+ * Only when every connection has sent all it was given and none is being
+ * opened, so that no command of ours is cut off.  Replies still owed (to
+ * releases sent without waiting, to rounds decided without them) are not
+ * waited for: their commands reached the node, which runs each on its own
+ * value; must-deliver ones are kept and sent again (node_disconnect).
+ */
+static volatile sig_atomic_t nodes_shut = false;
+
+bool
+rl_nodes_shut_idle(void)
+{
+	for (int i = 0; i < rl_nnodes; i++)
+	{
+		const RlNode *node = &rl_nodes[i];
+
+		if (node->state != RL_CONN_NONE &&
+			(node->state != RL_CONN_READY || node->want_write))
+			return false;
+	}
+	for (int i = 0; i < rl_nnodes; i++)
+		if (rl_nodes[i].state == RL_CONN_READY && rl_nodes[i].fd >= 0)
+			(void) shutdown(rl_nodes[i].fd, SHUT_RDWR);
+	nodes_shut = true;
+	return true;
+}
+
+void
+rl_nodes_close_shut(void)
+{
+	if (!nodes_shut)
+		return;
+	nodes_shut = false;
+	for (int i = 0; i < rl_nnodes; i++)
+		if (rl_nodes[i].state == RL_CONN_READY)
+			node_disconnect(&rl_nodes[i]);
 }
 
 /*

@@ -32,7 +32,8 @@
  * message): none of ours comes near it.  A node that sends more, or
  * announces a bulk string and streams it, has its connection closed once
  * this much of one reply is read, so a broken or hostile node cannot make
- * a backend or a worker buffer gigabytes.  Documented in the README.
+ * a backend or a worker buffer gigabytes.  Documented in doc/protocol.md
+ * ("Replies that are too large").
  */
 #define RL_MAX_REPLY_BYTES	(1024 * 1024)
 #define RL_MAX_REPLY_TEXT	"1 MB"

@@ -574,15 +574,13 @@ rl_nodes_ping_idle(int interval_ms)
 void
 rl_nodes_send(RlRequest *req)
 {
-	if (round_hook != NULL)
-	{
-		if (round_hook->run_elsewhere(req, false))
-			return;
-		round_hook->own_done(); /* nothing below waits or raises */
-	}
+	if (round_hook != NULL && round_hook->run_elsewhere(req, false))
+		return;
 	req->batch_next = NULL;
 	round_housekeeping();
 	round_dispatch_all(req, RL_TAG_DISCARD, true);
 	round_flush();
 	report_round(req);
+	if (round_hook != NULL)
+		round_hook->own_done(); /* nothing above waits or raises */
 }

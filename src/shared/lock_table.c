@@ -150,6 +150,27 @@ rl_lock_table_nodes(void)
 	return sum;
 }
 
+/*
+ * A node list's fingerprint as the column node_list of redlock_locks and
+ * redlock_nodes show it: 16 hex digits, palloc'd.  Two rows show the same
+ * id exactly when the table takes their lists for the same nodes (any
+ * order), on every server with those nodes.  The digits are mixed (a
+ * bijection: splitmix64's finalizer), since lists that differ in a port
+ * have sums that differ in a few digits only, easy to take for one another.
+ */
+char *
+rl_node_list_id(uint64_t nodes)
+{
+	uint64_t	x = nodes;
+
+	x ^= x >> 30;
+	x *= UINT64CONST(0xbf58476d1ce4e5b9);
+	x ^= x >> 27;
+	x *= UINT64CONST(0x94d049bb133111eb);
+	x ^= x >> 31;
+	return psprintf("%016llx", (unsigned long long) x);
+}
+
 /* The slot's backend waits: the wake-up worker listens for its key. */
 void
 rl_lock_table_waiting(int slot)

@@ -57,6 +57,7 @@ extern void rl_lock_table_wake_worker(RlWorkerRole role);
 extern bool rl_lock_table_take_wake(int slot);
 extern bool rl_lock_table_enabled(void);
 extern uint64_t rl_lock_table_nodes(void);
+extern char *rl_node_list_id(uint64_t nodes);
 extern int	rl_lock_table_enter(const char *resource, const char *key,
 								bool multi);
 extern void rl_lock_table_granted(int slot, const RlTableGrant *g);

@@ -135,6 +135,10 @@ shared_shmem_startup(void)
 		pg_atomic_init_u32(&rl_shared->rounds_in_flight, 0);
 		pg_atomic_init_u64(&rl_shared->shared_rounds, 0);
 		pg_atomic_init_u64(&rl_shared->own_rounds, 0);
+		pg_atomic_init_u32(&rl_shared->own_permits, 0);
+		pg_atomic_init_u32(&rl_shared->permit_waiters, 0);
+		pg_atomic_init_u64(&rl_shared->permit_waits, 0);
+		pg_atomic_init_u64(&rl_shared->permit_waits_failed, 0);
 		for (int i = 0; i < rl_shared->nslots; i++)
 			pg_atomic_init_u32(&rl_shared->slots[i].state, RL_SLOT_FREE);
 		for (int i = 0; i < rl_shared_procs(); i++)

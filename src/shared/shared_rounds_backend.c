@@ -38,6 +38,7 @@
 
 #include "base/guc.h"
 #include "base/wait_events.h"
+#include "shared/shared_rounds_permits.h"
 #include "shared/shared_rounds_internal.h"
 
 static bool shared_mode = false;	/* its rounds go to the dispatcher */
@@ -71,7 +72,11 @@ static void
 shared_xact_callback(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	{
 		uncount();
+		rl_own_permit_abort();
+		rl_own_round_end();
+	}
 }
 
 static void
@@ -79,7 +84,11 @@ shared_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 						SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
 		uncount();
+		rl_own_permit_abort();
+		rl_own_round_end();
+	}
 }
 
 static uint32
@@ -349,7 +358,9 @@ await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)
 		if (state == RL_SLOT_DONE)
 			break;
 		now = rl_now_us();
-		if (state == RL_SLOT_QUEUED && now >= take_by && rl_shared_reclaim(s))
+		/* taken back only to run on connections of our own */
+		if (state == RL_SLOT_QUEUED && now >= take_by &&
+			rl_own_permit_try() && rl_shared_reclaim(s))
 			return false;
 		if (!dispatcher_alive())
 		{
@@ -489,6 +500,8 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 		exit_registered = true;
 	}
 
+	rl_own_round_begin();
+
 	/* counted still if an error ended the last round before its abort */
 	if (counted)
 	{
@@ -503,6 +516,9 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 
 	busy = others >= RL_SHARED_MIN_OTHERS ||
 		rl_shared_connections == RL_SHARED_ALWAYS;
+	/* no connections of its own (shared_rounds_permits.c): the dispatcher's */
+	if (!busy && !rl_own_permit_try())
+		busy = true;
 	if (!shared_mode && !busy)
 	{
 		/* a session alone: nothing more to look at */
@@ -527,14 +543,17 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 		{
 			pg_atomic_fetch_add_u64(&rl_shared->shared_rounds, 1);
 			uncount();
+			rl_own_round_end();
 			return true;
 		}
 		if (!leave_shared(req, handed == RL_HANDED_NO_SLOT))
 		{
 			uncount();
+			rl_own_round_end();
 			return true;		/* failed without being sent */
 		}
 	}
+	rl_own_permit_wait(req->nothrow, req->must_deliver);
 	pg_atomic_fetch_add_u64(&rl_shared->own_rounds, 1);
 	return false;				/* own_done uncounts */
 }
@@ -544,7 +563,10 @@ static void
 shared_own_done(void)
 {
 	if (rl_shared != NULL && !rl_shared_resending)
+	{
 		uncount();
+		rl_own_round_end();
+	}
 }
 
 static const RlRoundHook shared_round_hook = {

@@ -65,6 +65,11 @@ typedef struct RlSharedRounds
 	pg_atomic_uint32 rounds_in_flight;	/* backends' rounds under way */
 	pg_atomic_uint64 shared_rounds;
 	pg_atomic_uint64 own_rounds;
+	pg_atomic_uint32 own_permits;	/* backends holding own connections
+									 * (shared_rounds_permits.c) */
+	pg_atomic_uint32 permit_waiters;	/* backends waiting for that */
+	pg_atomic_uint64 permit_waits;	/* rounds that waited, ever */
+	pg_atomic_uint64 permit_waits_failed;	/* ... and got none in time */
 	int			nkept;			/* commands in kept (a dispatcher's, for
 								 * its successor) */
 	int			kept_used;		/* bytes of kept in use */

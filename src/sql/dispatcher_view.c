@@ -12,6 +12,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 
+#include "shared/shared_rounds_permits.h"
 #include "shared/shared_rounds.h"
 
 PG_FUNCTION_INFO_V1(redlock_dispatcher);
@@ -20,10 +21,14 @@ Datum
 redlock_dispatcher(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[2];
-	bool		nulls[2] = {0};
+	Datum		values[6];
+	bool		nulls[6] = {0};
 	uint64_t	shared;
 	uint64_t	own;
+	int			in_use;
+	int			max;
+	uint64_t	waits;
+	uint64_t	waits_failed;
 
 	if (!rl_shared_rounds_counts(&shared, &own))
 		ereport(ERROR,
@@ -35,5 +40,10 @@ redlock_dispatcher(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 	values[0] = Int64GetDatum((int64) shared);
 	values[1] = Int64GetDatum((int64) own);
+	(void) rl_own_permit_counts(&in_use, &max, &waits, &waits_failed);
+	values[2] = Int32GetDatum(in_use);
+	values[3] = Int32GetDatum(max);
+	values[4] = Int64GetDatum((int64) waits);
+	values[5] = Int64GetDatum((int64) waits_failed);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
