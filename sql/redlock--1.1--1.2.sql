@@ -300,3 +300,55 @@ BEGIN
 END
 $$;
 DROP TABLE pg_temp.redlock_acl_1_1;
+
+-- Several resources at once, all or none (a node grants the whole set or
+-- nothing; the set is granted on a majority of nodes that granted all of
+-- it).  The same names as the one-resource forms, over text[]: one token
+-- per resource, in the order given.  A call with an untyped literal, such
+-- as redlock_lock('a'), still means the one-resource form; write
+-- ARRAY['a', 'b'] or '{a,b}'::text[].
+CREATE FUNCTION redlock_lock(resources text[], ttl_ms integer DEFAULT 30000,
+                             wait_ms integer DEFAULT NULL,
+                             keep_alive boolean DEFAULT false)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'redlock_lock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_xact_lock(resources text[], ttl_ms integer DEFAULT 30000,
+                                  wait_ms integer DEFAULT NULL,
+                                  keep_alive boolean DEFAULT false)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'redlock_xact_lock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_try_lock(resources text[], ttl_ms integer DEFAULT 30000,
+                                 keep_alive boolean DEFAULT false)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'redlock_try_lock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_try_xact_lock(resources text[], ttl_ms integer DEFAULT 30000,
+                                      keep_alive boolean DEFAULT false)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'redlock_try_xact_lock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_unlock(resources text[])
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redlock_unlock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION
+    redlock_lock(text[], integer, integer, boolean),
+    redlock_xact_lock(text[], integer, integer, boolean),
+    redlock_try_lock(text[], integer, boolean),
+    redlock_try_xact_lock(text[], integer, boolean),
+    redlock_unlock(text[])
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    redlock_lock(text[], integer, integer, boolean),
+    redlock_xact_lock(text[], integer, integer, boolean),
+    redlock_try_lock(text[], integer, boolean),
+    redlock_try_xact_lock(text[], integer, boolean),
+    redlock_unlock(text[])
+    TO redlock_user;

@@ -225,6 +225,7 @@ function redlock_fence(): PUBLIC EXECUTE
 function redlock_holder(text): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_leases(): PUBLIC EXECUTE
 function redlock_lock(text,integer,integer,boolean): redlock_user EXECUTE
+function redlock_lock(text[],integer,integer,boolean): redlock_user EXECUTE
 function redlock_locks(): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_nodes(): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_stats(): PUBLIC EXECUTE
@@ -234,10 +235,14 @@ function redlock_stats_latency(): PUBLIC EXECUTE
 function redlock_stats_nodes(): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_stats_reset(): -
 function redlock_try_lock(text,integer,boolean): redlock_user EXECUTE
+function redlock_try_lock(text[],integer,boolean): redlock_user EXECUTE
 function redlock_try_xact_lock(text,integer,boolean): redlock_user EXECUTE
+function redlock_try_xact_lock(text[],integer,boolean): redlock_user EXECUTE
 function redlock_unlock(text): redlock_user EXECUTE
+function redlock_unlock(text[]): redlock_user EXECUTE
 function redlock_unlock_all(): redlock_user EXECUTE
 function redlock_xact_lock(text,integer,integer,boolean): redlock_user EXECUTE
+function redlock_xact_lock(text[],integer,integer,boolean): redlock_user EXECUTE
 view redlock_dispatcher: PUBLIC SELECT
 view redlock_leases: PUBLIC SELECT
 view redlock_locks: pg_monitor SELECT, redlock_user SELECT
