@@ -3,8 +3,9 @@
 
 -- Objects of 1.1 that this update replaces (their column lists grow): a
 -- user object that depends on one of them, such as a view over
--- redlock_nodes, would make the DROP fail with a hint to use CASCADE.  Say
--- instead what blocks the update and how to proceed, as 1.0 -> 1.1 does.
+-- redlock_nodes, redlock_locks or redlock_dispatcher, would make the DROP
+-- fail with a hint to use CASCADE.  Say instead what blocks the update and how to proceed, as
+-- 1.0 -> 1.1 does.
 DO $$
 DECLARE
     blockers text;
@@ -21,10 +22,14 @@ BEGIN
      WHERE d.deptype = 'n'
        AND ((d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
              AND d.refobjid IN ('redlock_nodes()'::pg_catalog.regprocedure,
-                                'redlock_stats_nodes()'::pg_catalog.regprocedure))
+                                'redlock_stats_nodes()'::pg_catalog.regprocedure,
+                                'redlock_locks()'::pg_catalog.regprocedure,
+                                'redlock_dispatcher()'::pg_catalog.regprocedure))
             OR (d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
                 AND d.refobjid IN ('redlock_nodes'::pg_catalog.regclass,
-                                   'redlock_stats_nodes'::pg_catalog.regclass)))
+                                   'redlock_stats_nodes'::pg_catalog.regclass,
+                                   'redlock_locks'::pg_catalog.regclass,
+                                   'redlock_dispatcher'::pg_catalog.regclass)))
        -- the extension's own objects (the views' rules) do not count
        AND NOT EXISTS (
            SELECT FROM pg_catalog.pg_depend e
@@ -38,16 +43,54 @@ BEGIN
     IF blockers IS NOT NULL THEN
         RAISE EXCEPTION 'cannot update extension redlock to version 1.2 while other objects depend on objects it replaces'
             USING ERRCODE = 'dependent_objects_still_exist',
-                  DETAIL = 'Version 1.2 replaces redlock_nodes() and redlock_stats_nodes() and their views; these depend on them: ' || blockers || '.',
+                  DETAIL = 'Version 1.2 replaces redlock_nodes(), redlock_stats_nodes(), redlock_locks() and redlock_dispatcher() and their views; these depend on them: ' || blockers || '.',
                   HINT = 'Save the definitions of those objects, drop them, run ALTER EXTENSION redlock UPDATE, and create them again: the columns they use are unchanged.';
     END IF;
 END
 $$;
 
+-- The objects this update replaces lose their privileges with them: a
+-- GRANT SELECT ON redlock_locks TO monitoring, or a REVOKE made since 1.1,
+-- would be gone silently.  Their ACLs (the views' column privileges too)
+-- are kept here, with their initial privileges (pg_init_privs: what the
+-- extension's own scripts granted, which pg_dump leaves out), and given to
+-- the replacements once those exist (at the end), as 1.0 -> 1.1 does.
+CREATE TEMPORARY TABLE redlock_acl_1_1 ON COMMIT DROP AS
+    SELECT 'FUNCTION' AS kind, 'pg_catalog.pg_proc'::pg_catalog.regclass AS catalog,
+           v.name, NULL::name AS column_name,
+           coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner)) AS acl,
+           p.proowner AS owner, i.initprivs
+      FROM (VALUES ('redlock_nodes()'), ('redlock_stats_nodes()'),
+                   ('redlock_locks()'), ('redlock_dispatcher()')) AS v(name)
+      JOIN pg_catalog.pg_proc p ON p.oid = v.name::pg_catalog.regprocedure
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = p.oid AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+    UNION ALL
+    SELECT 'TABLE', 'pg_catalog.pg_class'::pg_catalog.regclass, v.name, NULL,
+           coalesce(c.relacl, pg_catalog.acldefault('r', c.relowner)), c.relowner, i.initprivs
+      FROM (VALUES ('redlock_nodes'), ('redlock_stats_nodes'),
+                   ('redlock_locks'), ('redlock_dispatcher')) AS v(name)
+      JOIN pg_catalog.pg_class c ON c.oid = v.name::pg_catalog.regclass
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = c.oid AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            AND i.objsubid = 0
+    UNION ALL
+    SELECT 'COLUMN', 'pg_catalog.pg_class'::pg_catalog.regclass, v.name, a.attname,
+           a.attacl, c.relowner, i.initprivs
+      FROM (VALUES ('redlock_nodes'), ('redlock_stats_nodes'),
+                   ('redlock_locks'), ('redlock_dispatcher')) AS v(name)
+      JOIN pg_catalog.pg_class c ON c.oid = v.name::pg_catalog.regclass
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+      LEFT JOIN pg_catalog.pg_init_privs i
+             ON i.objoid = c.oid AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            AND i.objsubid = a.attnum
+     WHERE a.attacl IS NOT NULL OR i.initprivs IS NOT NULL;
+
 -- The restart quarantine rests on each node's epoch, a key on the node
 -- itself (when its present memory began): redlock_nodes and
 -- redlock_stats_nodes show it in three new columns, epoch_since,
--- epoch_run_id and epoch_reason.
+-- epoch_run_id and epoch_reason.  redlock_nodes also names the session's
+-- node list, node_list, as redlock_locks shows it for each lease.
 DROP VIEW redlock_nodes;
 DROP FUNCTION redlock_nodes();
 CREATE FUNCTION redlock_nodes(
@@ -64,7 +107,8 @@ CREATE FUNCTION redlock_nodes(
     OUT quarantined_until timestamptz,
     OUT epoch_since timestamptz,
     OUT epoch_run_id text,
-    OUT epoch_reason text)
+    OUT epoch_reason text,
+    OUT node_list text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_nodes'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -106,7 +150,10 @@ GRANT SELECT ON redlock_stats_nodes TO redlock_user, pg_monitor;
 
 -- Waiters of every server sharing the nodes queue in one order, kept on
 -- the nodes: redlock_locks shows each waiter's place in line (1: next), in
--- a new column, place.
+-- a new column, place.  And which node list each lease is on, node_list
+-- (a database or role may set redlock.nodes of its own, and the same key
+-- on other nodes is another lock): the same id as redlock_nodes shows for
+-- the session's own list.
 DROP VIEW redlock_locks;
 DROP FUNCTION redlock_locks();
 CREATE FUNCTION redlock_locks(
@@ -124,13 +171,14 @@ CREATE FUNCTION redlock_locks(
     OUT lost boolean,
     OUT key text,
     OUT limit_reached boolean,
-    OUT place integer)
+    OUT place integer,
+    OUT node_list text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_locks'
 LANGUAGE C VOLATILE PARALLEL SAFE;
 CREATE VIEW redlock_locks AS
     SELECT l.pid, l.datid, d.datname, l.usesysid, r.rolname AS usename,
-           l.resource, l.key, l.granted, l.token, l.scope, l.waitstart,
+           l.resource, l.key, l.node_list, l.granted, l.token, l.scope, l.waitstart,
            l.place, l.granted_at, l.valid_until, l.keep_alive, l.lost,
            l.limit_reached
       FROM redlock_locks() l
@@ -164,3 +212,143 @@ CREATE VIEW redlock_dispatcher AS
            d.connection_waits_failed
       FROM redlock_dispatcher() d;
 GRANT SELECT ON redlock_dispatcher TO PUBLIC;
+
+-- Each replacement gets the ACL of the object it replaces, entry by entry
+-- (granted by the owner), in place of the extension's own grants above
+-- where the two differ.  Those GRANTs run inside this script, so
+-- PostgreSQL records their result as initial privileges; the replaced
+-- object's initial privileges are put back over them, so that a user's
+-- grant stays a user's grant for pg_dump too.  From PostgreSQL 17 on,
+-- pg_shdepend also records the roles of initial privileges (deptype 'i'):
+-- those of roles no longer in them go too.
+DO $$
+DECLARE
+    o record;
+    a record;
+    target text;
+    new_oid oid;
+    new_acl pg_catalog.aclitem[];
+    subid integer;
+BEGIN
+    FOR o IN SELECT * FROM pg_temp.redlock_acl_1_1 LOOP
+        IF o.kind = 'FUNCTION' THEN
+            new_oid := o.name::pg_catalog.regprocedure::oid;
+            subid := 0;
+            target := 'FUNCTION ' || o.name;
+        ELSE
+            new_oid := o.name::pg_catalog.regclass::oid;
+            subid := CASE WHEN o.kind = 'TABLE' THEN 0 ELSE
+                     (SELECT t.attnum FROM pg_catalog.pg_attribute t
+                       WHERE t.attrelid = new_oid AND t.attname = o.column_name) END;
+            target := 'TABLE ' || o.name;
+        END IF;
+
+        -- the replacement's ACL (the extension's own grants) gives way to
+        -- the replaced object's, unless the two are the same already
+        new_acl := CASE o.kind
+                   WHEN 'FUNCTION' THEN (SELECT coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))
+                                           FROM pg_catalog.pg_proc p WHERE p.oid = new_oid)
+                   WHEN 'TABLE' THEN (SELECT coalesce(c.relacl, pg_catalog.acldefault('r', c.relowner))
+                                        FROM pg_catalog.pg_class c WHERE c.oid = new_oid)
+                   ELSE (SELECT t.attacl FROM pg_catalog.pg_attribute t
+                          WHERE t.attrelid = new_oid AND t.attnum = subid) END;
+        IF new_acl IS DISTINCT FROM o.acl THEN
+            FOR a IN
+                SELECT DISTINCT e.grantee
+                  FROM pg_catalog.aclexplode(new_acl) e
+                 WHERE e.grantee <> o.owner AND o.kind <> 'COLUMN'
+            LOOP
+                EXECUTE format('REVOKE ALL ON %s FROM %s', target,
+                               CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END);
+            END LOOP;
+            FOR a IN
+                SELECT e.grantee, e.privilege_type, e.is_grantable
+                  FROM pg_catalog.aclexplode(o.acl) e
+                 WHERE e.grantee <> o.owner
+            LOOP
+                EXECUTE format('GRANT %s%s ON %s TO %s%s', a.privilege_type,
+                               CASE WHEN o.kind = 'COLUMN'
+                                    THEN ' (' || pg_catalog.quote_ident(o.column_name) || ')' ELSE '' END,
+                               target,
+                               CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+                               CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            END LOOP;
+        END IF;
+
+        IF o.initprivs IS NULL THEN
+            DELETE FROM pg_catalog.pg_init_privs
+             WHERE objoid = new_oid AND classoid = o.catalog AND objsubid = subid;
+        ELSE
+            UPDATE pg_catalog.pg_init_privs SET initprivs = o.initprivs
+             WHERE objoid = new_oid AND classoid = o.catalog AND objsubid = subid;
+            IF NOT FOUND THEN
+                INSERT INTO pg_catalog.pg_init_privs (objoid, classoid, objsubid, privtype, initprivs)
+                VALUES (new_oid, o.catalog, subid, 'e', o.initprivs);
+            END IF;
+        END IF;
+        DELETE FROM pg_catalog.pg_shdepend s
+         WHERE s.deptype = 'i'
+           AND s.dbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                          WHERE d.datname = pg_catalog.current_database())
+           AND s.classid = o.catalog AND s.objid = new_oid AND s.objsubid = subid
+           AND s.refobjid NOT IN (
+               SELECT r.m FROM pg_catalog.aclexplode(o.initprivs) e,
+                               LATERAL (VALUES (e.grantee), (e.grantor)) AS r(m));
+    END LOOP;
+END
+$$;
+DROP TABLE pg_temp.redlock_acl_1_1;
+
+-- Several resources at once, all or none (a node grants the whole set or
+-- nothing; the set is granted on a majority of nodes that granted all of
+-- it).  The same names as the one-resource forms, over text[]: one token
+-- per resource, in the order given.  A call with an untyped literal, such
+-- as redlock_lock('a'), still means the one-resource form; write
+-- ARRAY['a', 'b'] or '{a,b}'::text[].
+CREATE FUNCTION redlock_lock(resources text[], ttl_ms integer DEFAULT 30000,
+                             wait_ms integer DEFAULT NULL,
+                             keep_alive boolean DEFAULT false)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'redlock_lock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_xact_lock(resources text[], ttl_ms integer DEFAULT 30000,
+                                  wait_ms integer DEFAULT NULL,
+                                  keep_alive boolean DEFAULT false)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'redlock_xact_lock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_try_lock(resources text[], ttl_ms integer DEFAULT 30000,
+                                 keep_alive boolean DEFAULT false)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'redlock_try_lock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_try_xact_lock(resources text[], ttl_ms integer DEFAULT 30000,
+                                      keep_alive boolean DEFAULT false)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'redlock_try_xact_lock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_unlock(resources text[])
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redlock_unlock_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION
+    redlock_lock(text[], integer, integer, boolean),
+    redlock_xact_lock(text[], integer, integer, boolean),
+    redlock_try_lock(text[], integer, boolean),
+    redlock_try_xact_lock(text[], integer, boolean),
+    redlock_unlock(text[])
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    redlock_lock(text[], integer, integer, boolean),
+    redlock_xact_lock(text[], integer, integer, boolean),
+    redlock_try_lock(text[], integer, boolean),
+    redlock_try_xact_lock(text[], integer, boolean),
+    redlock_unlock(text[])
+    TO redlock_user;

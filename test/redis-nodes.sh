@@ -68,8 +68,8 @@ stop_pid() {
 # seed_epoch PORT: a node we just started is new and holds no lock, so its
 # epoch (the record the restart quarantine rests on, key "redlock:epoch")
 # is written as old ("seeded"), as an operator may do for nodes just
-# provisioned (README, "The restart quarantine"): a first lock call does not
-# wait out redlock.restart_quarantine.
+# provisioned (doc/operating.md, "The restart quarantine and the epoch
+# key"): a first lock call does not wait out redlock.restart_quarantine.
 seed_epoch() {
 	local port=$1 run_id
 	run_id=$(redis-cli -p "$port" INFO server | tr -d '\r' | sed -n 's/^run_id://p')

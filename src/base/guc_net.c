@@ -31,6 +31,7 @@ char	   *rl_tls_cert_file = NULL;
 char	   *rl_tls_key_file = NULL;
 int			rl_max_connections_per_node = 16;
 int			rl_idle_connection_timeout_ms = 10000;
+int			rl_debug_owed_limit = 0;
 
 /*
  * A setting that decides how the nodes are reached was assigned: a new
@@ -235,6 +236,13 @@ rl_define_net_gucs(void)
 							10000, 100, 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redlock.debug_owed_limit",
+							"For tests: the replies a connection to a node may owe, if fewer than the built-in 1024 (0: those).",
+							NULL, &rl_debug_owed_limit, 0, 0, 1024,
+							PGC_SIGHUP,
+							GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("redlock.dns_servers",

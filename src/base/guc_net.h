@@ -27,6 +27,7 @@ extern char *rl_dns_servers;
 #define RL_WORKER_CONNECTIONS	3
 extern int	rl_max_connections_per_node;
 extern int	rl_idle_connection_timeout_ms;
+extern int	rl_debug_owed_limit;	/* tests only (net/node_internal.h) */
 
 /* redlock.tls_mode: libpq's sslmode words */
 typedef enum RlTlsMode

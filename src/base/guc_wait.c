@@ -9,7 +9,7 @@
  * A local handoff is one round and a latch; a handoff to another server
  * also goes through that server's wake-up worker.  So a server may keep a
  * hot lease for a few handoffs, and each of them may make a waiter of
- * another server wait one more hold: the bound on a wait (README,
+ * another server wait one more hold: the bound on a wait (doc/reference.md,
  * "Waiting") grows with it, and a large value would let two busy servers
  * starve the others again.  Hence a small ceiling, with its reason told.
  * 0 is strict arrival order across servers.

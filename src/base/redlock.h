@@ -30,13 +30,14 @@
 #define RL_MAX_TTL_MS			86400000	/* one day */
 #define RL_MAX_KEY_PREFIX_LEN	64
 #define RL_MAX_HOST_LEN			255
+#define RL_MAX_MULTI			16	/* resources of one multi-resource call */
 #define RL_OWNER_LEN			100	/* a lock's value: random part and holder */
 #define RL_OWNER_RANDOM_LEN		32	/* hex characters of its random part */
 #define RL_KEY_MAX	(RL_MAX_KEY_PREFIX_LEN + 5 + RL_MAX_RESOURCE_LEN)	/* a Redis key */
 
 /*
  * SQLSTATEs of our own, in class "RL" (classes I-Z are free for
- * implementations).  Documented in README.md.
+ * implementations).  Documented in doc/reference.md ("SQLSTATEs").
  */
 #define ERRCODE_REDLOCK_STALE_TOKEN		MAKE_SQLSTATE('R','L','0','0','1')
 #define ERRCODE_REDLOCK_NOT_GRANTED		MAKE_SQLSTATE('R','L','0','0','2')

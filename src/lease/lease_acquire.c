@@ -44,8 +44,8 @@ attempt(const char *resource, const char *key, int keylen, int ttl_ms,
  * it is still valid.  Said once per session, when the first such lease is
  * asked for.
  */
-static void
-warn_quarantine_short(int ttl_ms)
+void
+rl_warn_quarantine_short(int ttl_ms)
 {
 	static bool warned = false;
 
@@ -92,7 +92,7 @@ rl_lease_acquire(const char *resource, int ttl_ms, bool xact, bool try_only,
 	rl_session_nodes_ready();
 	if (keep_alive)
 		rl_lock_table_keep_alive_check();
-	warn_quarantine_short(ttl_ms);
+	rl_warn_quarantine_short(ttl_ms);
 
 	lease = rl_registry_find(resource);
 	if (lease != NULL && lease->state == RL_LEASE_RELEASING)

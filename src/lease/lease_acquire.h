@@ -10,5 +10,6 @@
 
 extern int64 rl_lease_acquire(const char *resource, int ttl_ms, bool xact,
 							  bool try_only, int wait_ms, bool keep_alive);
+extern void rl_warn_quarantine_short(int ttl_ms);
 
 #endif							/* REDLOCK_LEASE_ACQUIRE_H */

@@ -28,6 +28,8 @@
 
 static uint64 rl_release_batches = 0;
 
+static int	release_batch(uint64 batch, int total, bool nothrow);
+
 /* Did a majority answer a release round? */
 static bool
 release_confirmed(const RlRequest *req)
@@ -67,7 +69,7 @@ rl_lease_release_one(RlLease *lease, bool nothrow, RlRequest *req)
  * Drop holds in bulk and release the leases left without any.  Entries
  * already releasing (an earlier release was interrupted; the node layer
  * owns their release) are just forgotten.  Returns the number of leases
- * released.
+ * released, or -1 when a majority did not confirm their release.
  */
 int
 rl_lease_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
@@ -76,14 +78,6 @@ rl_lease_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
 	RlLease    *lease;
 	uint64		batch = ++rl_release_batches;
 	int			total = 0;
-	int			sent = 0;
-	int			unconfirmed = 0;
-	int64_t		deadline = nothrow ? rl_proto_release_deadline() : 0;
-	RlReleaseItem items[RL_RELEASE_CHUNK];
-	int			nitems = 0;
-	RlLease    *handed = NULL;
-	RlReleaseItem handed_item;
-	RlRequest	req;
 
 	/* mark first: from here on none of them is held, whatever happens */
 	for (lease = rl_registry_next(&status, true); lease != NULL;
@@ -100,6 +94,46 @@ rl_lease_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
 		else
 			rl_registry_holds_changed(lease);
 	}
+	return release_batch(batch, total, nothrow);
+}
+
+/*
+ * Release leases whose last hold went (redlock_unlock(text[])): marked
+ * releasing first, then in bulk.  Returns whether a majority confirmed
+ * the release; the leases are gone from the registry either way.
+ */
+bool
+rl_lease_release_leases(RlLease **leases, int n, bool nothrow)
+{
+	uint64		batch = ++rl_release_batches;
+
+	for (int i = 0; i < n; i++)
+	{
+		Assert(leases[i]->state == RL_LEASE_HELD);
+		leases[i]->state = RL_LEASE_RELEASING;
+		leases[i]->release_batch = batch;
+	}
+	return n == 0 || release_batch(batch, n, nothrow) >= 0;
+}
+
+/*
+ * The release of the total leases marked releasing in batch; then every
+ * releasing entry is forgotten.  Returns total, or -1 when a majority did
+ * not confirm it.
+ */
+static int
+release_batch(uint64 batch, int total, bool nothrow)
+{
+	HASH_SEQ_STATUS status;
+	RlLease    *lease;
+	int			sent = 0;
+	int			unconfirmed = 0;
+	int64_t		deadline = nothrow ? rl_proto_release_deadline() : 0;
+	RlReleaseItem items[RL_RELEASE_CHUNK];
+	int			nitems = 0;
+	RlLease    *handed = NULL;
+	RlReleaseItem handed_item;
+	RlRequest	req;
 
 	for (lease = total > 0 ? rl_registry_next(&status, true) : NULL;
 		 lease != NULL;
@@ -160,5 +194,5 @@ rl_lease_release(RlDropScope scope, SubTransactionId subid, bool nothrow)
 							   "release of %d leases was not confirmed by a majority of Redis nodes",
 							   unconfirmed, unconfirmed),
 				 errdetail("Leases whose release did not reach a node expire there by their TTL; the release is sent again when the node can be reached.")));
-	return total;
+	return unconfirmed > 0 ? -1 : total;
 }

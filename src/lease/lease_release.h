@@ -12,6 +12,7 @@
 
 extern bool rl_lease_release_one(RlLease *lease, bool nothrow,
 								 RlRequest *req);
+extern bool rl_lease_release_leases(RlLease **leases, int n, bool nothrow);
 extern int	rl_lease_release(RlDropScope scope, SubTransactionId subid,
 							 bool nothrow);
 

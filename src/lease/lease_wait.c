@@ -29,13 +29,22 @@
 #include "shared/stats.h"
 #include "base/wait_events.h"
 
-/* How long the sleep may last, or raise 55P03 when the wait is over. */
-static long
-sleep_ms(const RlWaiter *w, const RlRequest *last)
+/*
+ * How long a waiter's sleep may last, or raise 55P03 when its wait is over:
+ * the backstop (retry_delay plus jitter), cut short by the expiry of a
+ * lease a backend here holds (holder_expiry, 0 for none), and the call's
+ * limits (lock_timeout, wait_ms: -1 for none) counted from started_us.
+ * last: the last attempt, if any, for the error's detail; names: what the
+ * call waits for, for its message (several: a set of resources).  Also
+ * the multi-resource wait's (lease_multi_wait.c).
+ */
+long
+rl_wait_sleep_ms(int64_t holder_expiry, int64_t started_us, int wait_ms,
+				 const RlRequest *last, const char *names, bool several)
 {
 	long		delay_ms = rl_retry_delay_ms;
 	int64_t		now = rl_now_us();
-	int64_t		expiry = rl_lock_table_holder_expiry(w->key);
+	int64_t		expiry = holder_expiry;
 	int			limit_ms = -1;
 
 	if (rl_retry_jitter_ms > 0)
@@ -48,11 +57,11 @@ sleep_ms(const RlWaiter *w, const RlRequest *last)
 
 	if (LockTimeout > 0)
 		limit_ms = LockTimeout;
-	if (w->wait_ms >= 0 && (limit_ms < 0 || w->wait_ms < limit_ms))
-		limit_ms = w->wait_ms;
+	if (wait_ms >= 0 && (limit_ms < 0 || wait_ms < limit_ms))
+		limit_ms = wait_ms;
 	if (limit_ms >= 0)
 	{
-		int64_t		left_ms = limit_ms - (now - w->started_us) / 1000;
+		int64_t		left_ms = limit_ms - (now - started_us) / 1000;
 
 		if (left_ms <= 0)
 		{
@@ -64,22 +73,42 @@ sleep_ms(const RlWaiter *w, const RlRequest *last)
 				appendStringInfoString(&detail, "Last attempt:");
 				rl_describe_nodes(&detail, last);
 			}
+			else if (several)
+				appendStringInfoString(&detail, "Another session of this server holds one of them.");
 			else
 				appendStringInfoString(&detail, "Another session of this server holds it, or waits for it first.");
 			rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
-			rl_stats_acquire_latency(now - w->started_us);
+			rl_stats_acquire_latency(now - started_us);
+			if (several)
+				ereport(ERROR,
+						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+						 limit_ms == wait_ms ?
+						 errmsg("could not obtain leases on \"%s\" within wait_ms (%d ms)",
+								names, wait_ms) :
+						 errmsg("could not obtain leases on \"%s\" within lock_timeout (%d ms)",
+								names, LockTimeout),
+						 errdetail_internal("%s", detail.data)));
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 limit_ms == w->wait_ms ?
+					 limit_ms == wait_ms ?
 					 errmsg("could not obtain lease on \"%s\" within wait_ms (%d ms)",
-							w->resource, w->wait_ms) :
+							names, wait_ms) :
 					 errmsg("could not obtain lease on \"%s\" within lock_timeout (%d ms)",
-							w->resource, LockTimeout),
+							names, LockTimeout),
 					 errdetail_internal("%s", detail.data)));
 		}
 		delay_ms = Min(delay_ms, left_ms);
 	}
 	return delay_ms;
+}
+
+/* How long the sleep may last, or raise 55P03 when the wait is over. */
+static long
+sleep_ms(const RlWaiter *w, const RlRequest *last)
+{
+	return rl_wait_sleep_ms(rl_lock_table_holder_expiry(w->key),
+							w->started_us, w->wait_ms, last, w->resource,
+							false);
 }
 
 /*

@@ -25,5 +25,8 @@ typedef struct RlWaiter
 
 extern bool rl_wait_turn(RlWaiter *w, const RlRequest *last,
 						 bool *announced, RlGrant *grant);
+extern long rl_wait_sleep_ms(int64_t holder_expiry, int64_t started_us,
+							 int wait_ms, const RlRequest *last,
+							 const char *names, bool several);
 
 #endif							/* REDLOCK_LEASE_WAIT_H */

@@ -34,14 +34,16 @@ static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
 /*
  * Abort and exit paths: what an error interrupted, in this order: an
- * attempt in flight (its value may be on the nodes), a release handing a
+ * attempt in flight, of one resource or several (its value may be on the
+ * nodes), a release handing a
  * lease to a waiter, the offers a wait left (lease_handoff.c), and the lock
- * table row of the lease being acquired.  Raises nothing.
+ * table rows of the leases being acquired.  Raises nothing.
  */
 static void
 abort_acquire(void)
 {
 	rl_proto_abandon_in_flight();
+	rl_proto_abandon_multi_in_flight();
 	rl_handoff_abort();
 	rl_handoff_abandon(rl_registry_acquiring_slot());
 	rl_registry_abort_acquire();

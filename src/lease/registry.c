@@ -29,6 +29,9 @@
 static HTAB *rl_leases = NULL;
 static int	rl_acquiring_slot = -1;	/* lock table row of the lease being
 										 * acquired (or waited for) */
+static int	rl_acquiring_multi[RL_MAX_MULTI];	/* a multi-resource call's
+												 * rows, or -1 */
+static int	rl_nacquiring_multi = 0;
 
 static void
 registry_init(void)
@@ -98,7 +101,7 @@ int
 rl_registry_begin_acquire(const char *resource, const char *key)
 {
 	Assert(rl_acquiring_slot < 0);
-	rl_acquiring_slot = rl_lock_table_enter(resource, key);
+	rl_acquiring_slot = rl_lock_table_enter(resource, key, false);
 	return rl_acquiring_slot;
 }
 
@@ -127,6 +130,48 @@ rl_registry_end_acquire(RlLease *lease)
 	rl_acquiring_slot = -1;
 }
 
+/*
+ * The lock table rows of a multi-resource call's leases, into slots (n of
+ * them): entered now, with no place in line (a multi-resource waiter is
+ * never the first waiter of a key); each granted or removed when the
+ * acquire ends, all removed by the abort path if an error ends it.  -1
+ * each without the lock table.
+ */
+void
+rl_registry_begin_acquire_multi(const char *const *resources,
+								const char *const *keys, int n, int *slots)
+{
+	Assert(rl_acquiring_slot < 0 && rl_nacquiring_multi == 0);
+	Assert(n <= RL_MAX_MULTI);
+	for (int i = 0; i < n; i++)
+	{
+		slots[i] = rl_lock_table_enter(resources[i], keys[i], true);
+		rl_acquiring_multi[rl_nacquiring_multi++] = slots[i];
+	}
+}
+
+/*
+ * A multi-resource acquire ended: granted (leases[i] takes the row of the
+ * i-th resource, as rl_registry_end_acquire), or not (leases NULL).
+ */
+void
+rl_registry_end_acquire_multi(RlLease **leases)
+{
+	int			n = rl_nacquiring_multi;
+
+	rl_nacquiring_multi = 0;	/* each row is the lease's, or gone */
+	for (int i = 0; i < n; i++)
+	{
+		if (leases == NULL)
+		{
+			rl_lock_table_remove(rl_acquiring_multi[i]);
+			continue;
+		}
+		rl_acquiring_slot = rl_acquiring_multi[i];
+		rl_registry_end_acquire(leases[i]);
+	}
+}
+
 /* The lock table row of the lease being acquired (or waited for), or -1. */
 int
 rl_registry_acquiring_slot(void)
@@ -146,6 +191,8 @@ rl_registry_abort_acquire(void)
 		rl_lock_table_remove(rl_acquiring_slot);
 		rl_acquiring_slot = -1;
 	}
+	while (rl_nacquiring_multi > 0)
+		rl_lock_table_remove(rl_acquiring_multi[--rl_nacquiring_multi]);
 }
 
 /*

@@ -76,6 +76,10 @@ extern RlLease *rl_registry_enter(const char *resource);
 extern int	rl_registry_begin_acquire(const char *resource, const char *key);
 extern void rl_registry_end_acquire(RlLease *lease);
 extern int	rl_registry_acquiring_slot(void);
+extern void rl_registry_begin_acquire_multi(const char *const *resources,
+											const char *const *keys, int n,
+											int *slots);
+extern void rl_registry_end_acquire_multi(RlLease **leases);
 extern void rl_registry_abort_acquire(void);
 extern void rl_registry_add_hold(RlLease *lease, bool xact);
 extern bool rl_registry_drop_holds(RlLease *lease, RlDropScope scope,

@@ -16,6 +16,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "base/guc_net.h"
 #include "net/nodes.h"
 
 #define RL_MAX_OWED			1024	/* replies a connection may owe; a long
@@ -32,7 +33,8 @@
  * message): none of ours comes near it.  A node that sends more, or
  * announces a bulk string and streams it, has its connection closed once
  * this much of one reply is read, so a broken or hostile node cannot make
- * a backend or a worker buffer gigabytes.  Documented in the README.
+ * a backend or a worker buffer gigabytes.  Documented in doc/protocol.md
+ * ("Replies that are too large").
  */
 #define RL_MAX_REPLY_BYTES	(1024 * 1024)
 #define RL_MAX_REPLY_TEXT	"1 MB"
@@ -309,5 +311,23 @@ extern void round_wait_step(RlRequest *req, bool *polled, bool use_poll);
 extern void round_flush(void);
 
 /* node_batch.c: many requests at once (its functions are in nodes.h) */
+
+/*
+ * Replies a connection may owe now: RL_MAX_OWED, or fewer for a test
+ * (redlock.debug_owed_limit); owing three quarters of that, it is asked
+ * nothing new (round_dispatch).
+ */
+static inline int
+rl_owed_limit(void)
+{
+	return rl_debug_owed_limit > 0 ? Min(rl_debug_owed_limit, RL_MAX_OWED) :
+		RL_MAX_OWED;
+}
+
+static inline int
+rl_owed_behind(void)
+{
+	return rl_owed_limit() * 3 / 4;
+}
 
 #endif							/* REDLOCK_NODE_INTERNAL_H */

@@ -314,7 +314,7 @@ resend_by_text(RlNode *node, RlRequest *req, uint64_t tag, const char *kept,
 	if (kept != NULL &&
 		(text = script_eval_form(kept, kept_len, &textlen)) != NULL)
 	{
-		if (node->owed_count < RL_MAX_OWED && sock_append(node, text, textlen))
+		if (node->owed_count < rl_owed_limit() && sock_append(node, text, textlen))
 		{
 			(void) queue_owe(node, tag);
 			node->owed_cmd[slot] = text;

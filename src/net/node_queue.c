@@ -184,7 +184,7 @@ queue_owe(RlNode *node, uint64_t tag)
 {
 	int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
 
-	if (node->owed_count >= RL_MAX_OWED)
+	if (node->owed_count >= rl_owed_limit())
 		return false;
 	if (node->owed_count == 0)
 	{
@@ -296,7 +296,7 @@ queue_send_kept(RlNode *node)
 		int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
 
 		if (node->state != RL_CONN_NONE &&
-			node->owed_count < RL_MAX_OWED &&
+			node->owed_count < rl_owed_limit() &&
 			sock_append(node, cmd, len))
 		{
 			(void) queue_owe(node, RL_TAG_DISCARD);
@@ -378,7 +378,7 @@ queue_request(RlNode *node, const RlRequest *req, uint64_t tag)
 		formatted_free(&own);
 		return ok;
 	}
-	if (node->owed_count >= RL_MAX_OWED)
+	if (node->owed_count >= rl_owed_limit())
 	{
 		formatted_free(&own);
 		return false;

@@ -87,7 +87,7 @@ static const WordsHint redis_error_hints[] =
 {
 	{"NOAUTH", "A node requires authentication: set redlock.password (and redlock.username for an ACL user)."},
 	{"WRONGPASS", "A node refused redlock.username and redlock.password: check them against the node's ACL users (ACL LIST) or its requirepass."},
-	{"NOPERM", "The node's ACL user lacks a command, key or channel that redlock uses: grant the minimal ACL given in the README, with key patterns that match redlock.key_prefix."},
+	{"NOPERM", "The node's ACL user lacks a command, key or channel that redlock uses: grant the minimal ACL given in redlock's documentation (doc/operating.md), with key patterns that match redlock.key_prefix."},
 	{"OOM", "A node is out of memory and refuses writes (maxmemory reached with maxmemory-policy noeviction): free memory or raise maxmemory there; redlock_nodes warns about such nodes."},
 	{"READONLY", "A node is a read-only replica: redlock.nodes must name independent masters."},
 	{"MOVED", "A node runs in cluster mode: redlock needs independent masters, not a Redis Cluster (cluster-enabled no)."},

@@ -130,6 +130,31 @@ round_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff,
 		return;
 	}
 
+	/*
+	 * A connection far behind (its node kept off the CPU while the rounds
+	 * of many sessions go on without it) is asked nothing new, and kept
+	 * rather than failed: a new connection's commands could reach the node
+	 * before the old one's, which it has yet to run (a lock applied after
+	 * its release).  Its answers count as late, which is not a failure of
+	 * the node; a must-deliver request is kept, and sent on this
+	 * connection ahead of the next request once it has caught up.
+	 */
+	if (node->state == RL_CONN_READY && node->owed_count >= rl_owed_behind())
+	{
+		res->vote = RL_VOTE_FAILED;
+		res->outcome = RL_OUTCOME_LATE;
+		res->latency_us = node->last_rtt_us;
+		snprintf(res->detail, sizeof(res->detail),
+				 "not asked: its connection still owed %d replies",
+				 node->owed_count);
+		if (req->must_deliver)
+			queue_keep(node, req);
+		return;
+	}
+	if (node->state == RL_CONN_READY && node->nkept > 0 &&
+		node->owed_count < rl_owed_behind() / 2)
+		queue_send_kept(node);
+
 	res->asked_us = now;		/* asked from here on (report_round) */
 	if (node->state == RL_CONN_NONE)
 	{

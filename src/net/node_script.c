@@ -17,7 +17,7 @@
  * protocol layer's scripts are static literals, so a text is known by its
  * address).  A node that no longer has the script (SCRIPT FLUSH, a cache
  * that evicts) answers NOSCRIPT, and an ACL user allowed EVAL but not
- * EVALSHA (the minimal ACL of the README) answers NOPERM: the pipeline
+ * EVALSHA (the minimal ACL of doc/operating.md) answers NOPERM: the pipeline
  * then sends the command again by its text (node_pipeline.c), and the
  * connection sends scripts by their text again (NOSCRIPT: until it has run
  * each again; NOPERM: for as long as it lasts).  A new connection starts

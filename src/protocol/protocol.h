@@ -5,7 +5,8 @@
  *	  scripts sent to every node: acquire and settle (protocol_acquire.c),
  *	  release (protocol_release.c), hand over to a waiter
  *	  (protocol_handoff.c), extend and ask who holds a lock
- *	  (protocol_extend.c); the values and keys they are given
+ *	  (protocol_extend.c); several resources at once, all or none
+ *	  (protocol_multi.c); the values and keys they are given
  *	  (protocol_values.c).
  *
  *-------------------------------------------------------------------------
@@ -98,12 +99,28 @@ typedef struct RlExtendItem
 	int			ttl_ms;
 } RlExtendItem;
 
+/*
+ * Several resources taken all or none (protocol_multi.c): distinct
+ * resources, with their lock keys.
+ */
+typedef struct RlMultiSet
+{
+	int			n;				/* 1 .. RL_MAX_MULTI */
+	const char *resources[RL_MAX_MULTI];
+	const char *keys[RL_MAX_MULTI];
+	int			keylens[RL_MAX_MULTI];
+} RlMultiSet;
+
 extern int	rl_lock_key(char *buf, const char *resource);
 extern int	rl_offer_key(char *buf, const char *resource);
 extern RlAttempt rl_proto_acquire(const char *resource, const char *key,
 								  int keylen, int ttl_ms, RlOffer *offer,
 								  RlGrant *grant, RlRequest *req_out);
 extern void rl_proto_abandon_in_flight(void);
+extern RlAttempt rl_proto_acquire_multi(const RlMultiSet *set, int ttl_ms,
+										bool mark, RlGrant *grant,
+										RlRequest *req_out);
+extern void rl_proto_abandon_multi_in_flight(void);
 extern void rl_proto_release_one(const char *key, int keylen,
 								 const char *owner, bool nothrow);
 extern void rl_proto_new_owner(char *owner);

@@ -150,6 +150,27 @@ rl_lock_table_nodes(void)
 	return sum;
 }
 
+/*
+ * A node list's fingerprint as the column node_list of redlock_locks and
+ * redlock_nodes show it: 16 hex digits, palloc'd.  Two rows show the same
+ * id exactly when the table takes their lists for the same nodes (any
+ * order), on every server with those nodes.  The digits are mixed (a
+ * bijection: splitmix64's finalizer), since lists that differ in a port
+ * have sums that differ in a few digits only, easy to take for one another.
+ */
+char *
+rl_node_list_id(uint64_t nodes)
+{
+	uint64_t	x = nodes;
+
+	x ^= x >> 30;
+	x *= UINT64CONST(0xbf58476d1ce4e5b9);
+	x ^= x >> 27;
+	x *= UINT64CONST(0x94d049bb133111eb);
+	x ^= x >> 31;
+	return psprintf("%016llx", (unsigned long long) x);
+}
+
 /* The slot's backend waits: the wake-up worker listens for its key. */
 void
 rl_lock_table_waiting(int slot)
@@ -184,7 +205,7 @@ rl_lock_table_wake_worker(RlWorkerRole role)
  * Returns -1 without the table; raises when the table is full.
  */
 int
-rl_lock_table_enter(const char *resource, const char *key)
+rl_lock_table_enter(const char *resource, const char *key, bool multi)
 {
 	int			slot;
 	RlSlot		entry;
@@ -201,6 +222,7 @@ rl_lock_table_enter(const char *resource, const char *key)
 	entry.userid = GetSessionUserId();
 	entry.nodes = rl_lock_table_nodes();
 	entry.waitstart = GetCurrentTimestamp();
+	entry.multi = multi;
 	strlcpy(entry.resource, resource, sizeof(entry.resource));
 	strlcpy(entry.key, key, sizeof(entry.key));
 
@@ -314,7 +336,7 @@ rl_first_waiter_on(const char *key, uint64_t nodes, int skip)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
-		if (s->granted || i == skip || s->nodes != nodes ||
+		if (s->granted || s->multi || i == skip || s->nodes != nodes ||
 			!RL_SLOT_OF_KEY(s, hash, key))
 			continue;
 		if (first < 0 || s->wait_seq < rl_table->slots[first].wait_seq)
@@ -328,6 +350,34 @@ int
 rl_first_waiter(const char *key, int skip)
 {
 	return rl_first_waiter_on(key, rl_lock_table_nodes(), skip);
+}
+
+/*
+ * Lock held (exclusive).  Mark woken every multi-resource call for key on
+ * nodes (but skip), asleep or not yet (its round under way: it then asks
+ * again at once rather than sleep), and put the processes to wake in
+ * procnos (up to RL_WAKE_MULTI_MAX; one beyond that wakes at its
+ * backstop); returns how many.  A multi-resource call takes no place in
+ * line: every release of any of its keys lets it try its whole set again.
+ */
+int
+rl_wake_multi_on(const char *key, uint64_t nodes, int skip, int *procnos)
+{
+	uint32		hash;
+	int			n = 0;
+
+	for (int i = rl_key_chain(rl_table, key, &hash); i >= 0 &&
+		 n < RL_WAKE_MULTI_MAX; i = rl_table->slots[i].chain_next)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (!s->multi || s->granted || i == skip ||
+			s->nodes != nodes || !RL_SLOT_OF_KEY(s, hash, key))
+			continue;
+		s->woken = true;
+		procnos[n++] = s->procno;
+	}
+	return n;
 }
 
 /* Lock held.  Does a backend other than skip hold key on nodes? */
@@ -360,6 +410,8 @@ rl_lock_table_remove(int slot)
 	RlSlot	   *s;
 	int			next;
 	int			procno = -1;
+	int			multi[RL_WAKE_MULTI_MAX];
+	int			nmulti = 0;
 
 	if (rl_table == NULL || slot < 0)
 		return;
@@ -378,6 +430,9 @@ rl_lock_table_remove(int slot)
 		rl_table->slots[next].woken = true;
 		procno = rl_table->slots[next].procno;
 	}
+	/* a lease released: the multi-resource waiters for it try again */
+	if (s->granted && !holder_on(s->key, s->nodes, slot))
+		nmulti = rl_wake_multi_on(s->key, s->nodes, slot, multi);
 	if (s->waiting && !s->granted)
 		rl_table->nwaiting--;
 	rl_index_unlink(rl_table, slot);
@@ -385,6 +440,8 @@ rl_lock_table_remove(int slot)
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
 		SetLatch(rl_latch_of(procno));
+	for (int i = 0; i < nmulti; i++)
+		SetLatch(rl_latch_of(multi[i]));
 }
 
 /*
@@ -418,6 +475,7 @@ rl_lock_table_rows(RlLockRow **rows)
 		r->dbid = s->dbid;
 		r->userid = s->userid;
 		r->granted = s->granted;
+		r->multi = s->multi;
 		r->token = s->token;
 		r->scopes = s->scopes;
 		r->waitstart = s->waitstart;

@@ -57,7 +57,9 @@ extern void rl_lock_table_wake_worker(RlWorkerRole role);
 extern bool rl_lock_table_take_wake(int slot);
 extern bool rl_lock_table_enabled(void);
 extern uint64_t rl_lock_table_nodes(void);
-extern int	rl_lock_table_enter(const char *resource, const char *key);
+extern char *rl_node_list_id(uint64_t nodes);
+extern int	rl_lock_table_enter(const char *resource, const char *key,
+								bool multi);
 extern void rl_lock_table_granted(int slot, const RlTableGrant *g);
 extern void rl_lock_table_update(int slot, int scopes, bool keep_alive);
 
@@ -100,6 +102,8 @@ typedef struct RlLockRow
 	TimestampTz waitstart;		/* not granted */
 	int			place;			/* not granted: its place in line, 1 next
 								 * (rl_lock_table_places) */
+	bool		multi;			/* not granted: a multi-resource call's,
+								 * which has no place (0) */
 	uint64		wait_seq;		/* for the place: */
 	uint64_t	nodes;
 	int32		queue_ahead;

@@ -52,6 +52,9 @@ typedef struct RlSlot
 	uint32		key_hash;		/* rl_key_hash(key), while in use */
 	bool		granted;
 	bool		waiting;		/* it has waited (not just a first attempt) */
+	bool		multi;			/* a multi-resource call's: no place in line
+								 * (never the first waiter), woken by every
+								 * release of its key (rl_wake_multi_on) */
 	bool		woken;			/* its latch was set for a reason to ask
 								 * the nodes (rl_lock_table_take_wake) */
 	int			pid;
@@ -135,6 +138,10 @@ extern RlLockTable *rl_table;
 extern int	rl_first_waiter(const char *key, int skip);
 extern int	rl_first_waiter_on(const char *key, uint64_t nodes, int skip);
 extern void rl_remote_end_collecting(RlSlot *s);
+
+#define RL_WAKE_MULTI_MAX	64	/* multi-resource waiters woken at once */
+extern int	rl_wake_multi_on(const char *key, uint64_t nodes, int skip,
+							 int *procnos);
 
 /*
  * The index by key (lock_table_index.c).  Walk the slots of one key with

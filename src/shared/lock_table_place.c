@@ -79,8 +79,8 @@ rl_lock_table_places(RlLockRow *rows, int nrows)
 			r->nodes != order[i - 1]->nodes)
 			rank = ahead = 0;
 		r->place = 0;
-		if (r->granted)
-			continue;
+		if (r->granted || r->multi)
+			continue;			/* a multi-resource waiter has no place */
 		if (rank++ == 0)
 			ahead = Max(r->queue_ahead, 0);	/* this server's first waiter */
 		r->place = ahead + rank;

@@ -72,13 +72,16 @@ rl_lock_table_awaited_keys(char (*keys)[RL_KEY_MAX + 1], int max)
 
 /*
  * A lease on key was released on some server (the wake-up worker heard it
- * from a node of its own): wake the first waiter for it here.
+ * from a node of its own): wake the first waiter for it here, and every
+ * multi-resource waiter for it.
  */
 void
 rl_lock_table_wake_key(const char *key, size_t keylen)
 {
 	int			first = -1;
 	int			procno = -1;
+	int			multi[RL_WAKE_MULTI_MAX];
+	int			nmulti;
 	char		k[RL_KEY_MAX + 1];
 
 	if (rl_table == NULL || keylen > RL_KEY_MAX)
@@ -92,7 +95,10 @@ rl_lock_table_wake_key(const char *key, size_t keylen)
 		rl_table->slots[first].woken = true;
 		procno = rl_table->slots[first].procno;
 	}
+	nmulti = rl_wake_multi_on(k, rl_lock_table_nodes(), -1, multi);
 	LWLockRelease(rl_table->lock);
 	if (procno >= 0)
 		SetLatch(rl_latch_of(procno));
+	for (int i = 0; i < nmulti; i++)
+		SetLatch(rl_latch_of(multi[i]));
 }

@@ -30,7 +30,7 @@
  * one of them has sent all it was given) and gives the permit back; the next round lets
  * the sockets go (rl_nodes_close_shut).  The handler does nothing while a
  * round of the backend is under way (in_round).  Exit gives the permit
- * back.  Without shared_preload_libraries there are no permits and no
+ * back, after the exit's own releases (on_shmem_exit).  Without shared_preload_libraries there are no permits and no
  * bound, as there is no dispatcher.
  *
  *-------------------------------------------------------------------------
@@ -137,6 +137,12 @@ take_permit(bool force)
 {
 	uint32		n = pg_atomic_read_u32(&rl_shared->own_permits);
 
+	if (proc_exit_inprogress && !exit_registered)
+	{
+		/* the exit's last rounds: nothing would give it back */
+		permit_held = true;
+		return true;
+	}
 	for (;;)
 	{
 		if (!force && n >= (uint32) permits_max())
@@ -146,7 +152,8 @@ take_permit(bool force)
 	}
 	if (!exit_registered)
 	{
-		before_shmem_exit(permits_exit, (Datum) 0);
+		/* after the releases of the exit (before_shmem_exit) */
+		on_shmem_exit(permits_exit, (Datum) 0);
 		exit_registered = true;
 	}
 	last_used_us = rl_now_us();

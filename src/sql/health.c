@@ -7,6 +7,8 @@
  * Probes every node (PING for the round trip, INFO and CONFIG GET save for
  * its settings) and warns about settings that make locks unsafe, as read
  * from the node itself.  Unreachable nodes are reported, never raised.
+ * Each row names the session's node list as redlock_locks does
+ * (node_list), so that a session can find its own leases' rows there.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,16 +24,18 @@
 #include "utils/tuplestore.h"
 
 #include "lease/session_nodes.h"
+#include "shared/lock_table.h"
 #include "sql/health.h"
 #include "net/nodes.h"
 
 /*
  * Columns of redlock_nodes(); 1.1 added server and quarantined_until, 1.2
- * the node's epoch (epoch_since, epoch_run_id, epoch_reason).  An older
+ * the node's epoch (epoch_since, epoch_run_id, epoch_reason) and node_list.
+ * An older
  * definition of the function (library updated, ALTER EXTENSION UPDATE not
  * run yet) has fewer columns: its tuples are formed from the first values.
  */
-#define RL_HEALTH_COLUMNS (11 + RL_EPOCH_COLUMNS)
+#define RL_HEALTH_COLUMNS (12 + RL_EPOCH_COLUMNS)
 
 /* the node's epoch and the node's clock then, for the quarantine */
 static const char EPOCH_PROBE_SCRIPT[] =
@@ -208,11 +212,14 @@ redlock_nodes(PG_FUNCTION_ARGS)
 	char		epoch_key[RL_KEY_MAX + 1];
 	const char *epoch_argv[4] = {"EVAL", EPOCH_PROBE_SCRIPT, "0", epoch_key};
 	size_t		epoch_len[4] = {4, sizeof(EPOCH_PROBE_SCRIPT) - 1, 1, 0};
+	char	   *node_list;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (rl_node_list == NULL || rl_node_list->count == 0)
 		return (Datum) 0;
 	rl_session_nodes_ready();
+	/* the list in force now, as this session's leases have it */
+	node_list = rl_node_list_id(rl_lock_table_nodes());
 
 	probe(&ping, 1, ping_argv, ping_len);
 	probe(&info, 1, info_argv, info_len);
@@ -290,6 +297,7 @@ redlock_nodes(PG_FUNCTION_ARGS)
 		else
 			nulls[10] = true;
 		rl_epoch_columns(epoch_known ? &epoch : NULL, values + 11, nulls + 11);
+		values[11 + RL_EPOCH_COLUMNS] = CStringGetTextDatum(node_list);
 		if (rl_node_same_as(i) >= 0)
 			warnings = lappend(warnings,
 							   psprintf("the same Redis server as %s (run_id %s): a majority would count it twice, so lock calls are refused until one of the two entries is removed",

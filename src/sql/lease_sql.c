@@ -34,14 +34,19 @@
 void
 rl_resource_arg(FunctionCallInfo fcinfo, int argno, char *out)
 {
-	text	   *t;
-	int			len;
-
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("resource name must not be NULL")));
-	t = PG_GETARG_TEXT_PP(argno);
+	rl_resource_text(PG_GETARG_TEXT_PP(argno), out);
+}
+
+/* A resource name's checks, into out (RL_MAX_RESOURCE_LEN + 1 bytes). */
+void
+rl_resource_text(const text *t, char *out)
+{
+	int			len;
+
 	len = VARSIZE_ANY_EXHDR(t);
 	if (len == 0)
 		ereport(ERROR,
@@ -57,8 +62,8 @@ rl_resource_arg(FunctionCallInfo fcinfo, int argno, char *out)
 	out[len] = '\0';
 }
 
-static int
-ttl_arg(FunctionCallInfo fcinfo, int argno)
+int
+rl_ttl_arg(FunctionCallInfo fcinfo, int argno)
 {
 	int32		ttl;
 
@@ -83,8 +88,8 @@ ttl_arg(FunctionCallInfo fcinfo, int argno)
  * such a function: refused there, in the leader too, so that the outcome
  * does not depend on which process ran the call.
  */
-static void
-refuse_in_parallel_mode(const char *function)
+void
+rl_refuse_in_parallel_mode(const char *function)
 {
 	if (IsInParallelMode())
 		ereport(ERROR,
@@ -97,8 +102,8 @@ refuse_in_parallel_mode(const char *function)
 /* ---------- lock calls ---------- */
 
 /* keep_alive argument: absent (the 1.0 signatures) means false. */
-static bool
-keep_alive_arg(FunctionCallInfo fcinfo, int argno)
+bool
+rl_keep_alive_arg(FunctionCallInfo fcinfo, int argno)
 {
 	if (PG_NARGS() <= argno)
 		return false;
@@ -110,8 +115,8 @@ keep_alive_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /* wait_ms argument: NULL or absent means no limit of its own (-1). */
-static int
-wait_ms_arg(FunctionCallInfo fcinfo, int argno)
+int
+rl_wait_ms_arg(FunctionCallInfo fcinfo, int argno)
 {
 	int32		wait_ms;
 
@@ -138,7 +143,7 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
 	int			ttl_ms;
 
 	rl_resource_arg(fcinfo, 0, resource);
-	ttl_ms = ttl_arg(fcinfo, 1);
+	ttl_ms = rl_ttl_arg(fcinfo, 1);
 	return rl_lease_acquire(resource, ttl_ms, xact, try_only, wait_ms,
 							keep_alive);
 }
@@ -153,8 +158,8 @@ acquire(FunctionCallInfo fcinfo, bool xact, bool try_only, int wait_ms,
  * their language's on the stack, which a top-level statement has not (but
  * for the one that names the parameters of an extended-protocol query).
  */
-static void
-warn_no_transaction_block(const char *function, const char *resource)
+void
+rl_warn_no_transaction_block(const char *function, const char *resource)
 {
 	if (IsTransactionBlock())
 		return;
@@ -183,9 +188,9 @@ PG_FUNCTION_INFO_V1(redlock_leases);
 Datum
 redlock_lock(PG_FUNCTION_ARGS)
 {
-	refuse_in_parallel_mode("redlock_lock");
-	PG_RETURN_INT64(acquire(fcinfo, false, false, wait_ms_arg(fcinfo, 2),
-							keep_alive_arg(fcinfo, 3)));
+	rl_refuse_in_parallel_mode("redlock_lock");
+	PG_RETURN_INT64(acquire(fcinfo, false, false, rl_wait_ms_arg(fcinfo, 2),
+							rl_keep_alive_arg(fcinfo, 3)));
 }
 
 Datum
@@ -193,10 +198,10 @@ redlock_xact_lock(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	refuse_in_parallel_mode("redlock_xact_lock");
-	token = acquire(fcinfo, true, false, wait_ms_arg(fcinfo, 2),
-					keep_alive_arg(fcinfo, 3));
-	warn_no_transaction_block("redlock_xact_lock",
+	rl_refuse_in_parallel_mode("redlock_xact_lock");
+	token = acquire(fcinfo, true, false, rl_wait_ms_arg(fcinfo, 2),
+					rl_keep_alive_arg(fcinfo, 3));
+	rl_warn_no_transaction_block("redlock_xact_lock",
 							  text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	PG_RETURN_INT64(token);
 }
@@ -206,8 +211,8 @@ redlock_try_lock(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	refuse_in_parallel_mode("redlock_try_lock");
-	token = acquire(fcinfo, false, true, -1, keep_alive_arg(fcinfo, 2));
+	rl_refuse_in_parallel_mode("redlock_try_lock");
+	token = acquire(fcinfo, false, true, -1, rl_keep_alive_arg(fcinfo, 2));
 
 	if (token < 0)
 		PG_RETURN_NULL();
@@ -219,12 +224,12 @@ redlock_try_xact_lock(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	refuse_in_parallel_mode("redlock_try_xact_lock");
-	token = acquire(fcinfo, true, true, -1, keep_alive_arg(fcinfo, 2));
+	rl_refuse_in_parallel_mode("redlock_try_xact_lock");
+	token = acquire(fcinfo, true, true, -1, rl_keep_alive_arg(fcinfo, 2));
 
 	if (token < 0)
 		PG_RETURN_NULL();
-	warn_no_transaction_block("redlock_try_xact_lock",
+	rl_warn_no_transaction_block("redlock_try_xact_lock",
 							  text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	PG_RETURN_INT64(token);
 }
@@ -237,7 +242,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 	RlRequest	req;
 	int64_t		left_ms;
 
-	refuse_in_parallel_mode("redlock_unlock");
+	rl_refuse_in_parallel_mode("redlock_unlock");
 	rl_resource_arg(fcinfo, 0, resource);
 	rl_session_nodes_ready();
 
@@ -280,7 +285,7 @@ redlock_unlock(PG_FUNCTION_ARGS)
 Datum
 redlock_unlock_all(PG_FUNCTION_ARGS)
 {
-	refuse_in_parallel_mode("redlock_unlock_all");
+	rl_refuse_in_parallel_mode("redlock_unlock_all");
 	if (rl_registry_count() > 0)
 	{
 		rl_session_nodes_ready();
@@ -331,9 +336,9 @@ redlock_extend(PG_FUNCTION_ARGS)
 	int64_t		validity_us;
 	int64_t		until;
 
-	refuse_in_parallel_mode("redlock_extend");
+	rl_refuse_in_parallel_mode("redlock_extend");
 	rl_resource_arg(fcinfo, 0, resource);
-	ttl_ms = ttl_arg(fcinfo, 1);
+	ttl_ms = rl_ttl_arg(fcinfo, 1);
 	rl_session_nodes_ready();
 
 	lease = rl_registry_held(resource);

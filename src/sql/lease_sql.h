@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * lease_sql.h
- *	  Argument checks shared by the SQL-callable functions.
+ *	  Argument checks shared by the SQL-callable functions (lease_sql.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -11,5 +11,12 @@
 #include "fmgr.h"
 
 extern void rl_resource_arg(FunctionCallInfo fcinfo, int argno, char *out);
+extern void rl_resource_text(const text *t, char *out);
+extern int	rl_ttl_arg(FunctionCallInfo fcinfo, int argno);
+extern bool rl_keep_alive_arg(FunctionCallInfo fcinfo, int argno);
+extern int	rl_wait_ms_arg(FunctionCallInfo fcinfo, int argno);
+extern void rl_refuse_in_parallel_mode(const char *function);
+extern void rl_warn_no_transaction_block(const char *function,
+										 const char *resource);
 
 #endif							/* REDLOCK_LEASE_SQL_H */

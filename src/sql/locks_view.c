@@ -9,7 +9,10 @@
  * holders of one lock.  valid_until is the end of the validity its holder
  * was told, also once it has passed; for a lost lease, when the keep-alive
  * worker found it lost.  place is a waiter's place in line across the
- * servers sharing the nodes, 1 being next (lock_table_place.c).
+ * servers sharing the nodes, 1 being next (lock_table_place.c).  node_list
+ * names the node list the lease is on (rl_node_list_id()): a database or
+ * role may set redlock.nodes of its own, and the same key on other nodes
+ * is another lock; redlock_nodes shows a session's own.
  *
  *-------------------------------------------------------------------------
  */
@@ -50,8 +53,8 @@ redlock_locks(PG_FUNCTION_ARGS)
 	for (int i = 0; i < nrows; i++)
 	{
 		const RlLockRow *s = &rows[i];
-		Datum		values[15];
-		bool		nulls[15] = {0};
+		Datum		values[16];
+		bool		nulls[16] = {0};
 
 		values[0] = Int32GetDatum(s->pid);
 		values[1] = ObjectIdGetDatum(s->dbid);
@@ -59,6 +62,7 @@ redlock_locks(PG_FUNCTION_ARGS)
 		values[3] = CStringGetTextDatum(s->resource);
 		values[4] = BoolGetDatum(s->granted);
 		values[12] = CStringGetTextDatum(s->key);
+		values[15] = CStringGetTextDatum(rl_node_list_id(s->nodes));
 		if (s->granted)
 		{
 

@@ -8,6 +8,11 @@
 # With also_bind => ['127.0.0.2'] the node listens on those addresses too:
 # one server reached under two names.
 #
+# With host => ADDRESS the node listens on that address instead of
+# 127.0.0.1.  A node in protected mode (no password) bound to an address
+# that is not loopback refuses every client connecting from it with DENIED;
+# it counts as up all the same (ping).
+#
 # With cluster => 1 the node runs in cluster mode, its cluster bus on a
 # free port of its own (by default the bus takes port + 10000, which may lie
 # in the ephemeral range and be taken by some client's connection).
@@ -141,7 +146,9 @@ sub ping
 	my ($self) = @_;
 	my $opts = $self->cli_opts;
 	my $out = `redis-cli $opts ping 2>/dev/null`;
-	return defined $out && $out =~ /PONG|NOAUTH/;    # NOAUTH: up, wants a password
+	# NOAUTH: up, wants a password; DENIED: up, in protected mode, and
+	# this client is not on loopback
+	return defined $out && $out =~ /PONG|NOAUTH|DENIED/;
 }
 
 # run a redis-cli command, return its output without the trailing newline

@@ -260,6 +260,33 @@ sub faketime_preload
 	return ("$libfaketime $libc", undef);
 }
 
+# The privileges and initial privileges (pg_init_privs) of every redlock
+# function and view, and of the views' columns that have privileges of
+# their own, one line each, for comparing an updated installation with a
+# fresh one (the ACL items sorted: a REVOKE and a GRANT can reorder them)
+push @EXPORT, qw(privileges_sql);
+
+sub privileges_sql
+{
+	return <<'SQL';
+CREATE FUNCTION pg_temp.sorted(a aclitem[]) RETURNS text LANGUAGE sql
+	AS $$ SELECT array_agg(x ORDER BY x::text)::text FROM unnest(a) x $$;
+SELECT p.oid::regprocedure::text, pg_temp.sorted(coalesce(p.proacl, acldefault('f', p.proowner))),
+       pg_temp.sorted(i.initprivs)
+  FROM pg_proc p LEFT JOIN pg_init_privs i ON i.objoid = p.oid AND i.classoid = 'pg_proc'::regclass
+ WHERE p.proname LIKE 'redlock\_%'
+UNION ALL
+SELECT c.oid::regclass::text || coalesce('.' || a.attname, ''),
+       pg_temp.sorted(coalesce(a.attacl, c.relacl)), pg_temp.sorted(i.initprivs)
+  FROM pg_class c
+  LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attacl IS NOT NULL
+  LEFT JOIN pg_init_privs i ON i.objoid = c.oid AND i.classoid = 'pg_class'::regclass
+        AND i.objsubid = coalesce(a.attnum, 0)
+ WHERE c.relname LIKE 'redlock\_%' AND c.relkind = 'v'
+ ORDER BY 1
+SQL
+}
+
 # ------------------------------------------------------------------------
 # Sessions, workers and nodes as several tests look at them, and two
 # servers on the same nodes (redlock_pair): a waiter on one that the other's

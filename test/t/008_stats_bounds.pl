@@ -3,7 +3,8 @@
 # fenced tables beyond them are not tracked, what they would have counted is
 # counted in redlock_stats_info instead, nothing crashes or runs out of
 # shared memory, and the entries that fit keep counting.  Also: the upgrade
-# of an existing 1.0 installation to 1.1 (which adds redlock_stats_info).
+# of an existing 1.0 installation to 1.1 (which adds redlock_stats_info),
+# and of 1.1 to 1.2: what blocks it, and the privileges it carries over.
 use strict;
 use warnings FATAL => 'all';
 
@@ -198,7 +199,7 @@ like($pg->safe_psql('upd', $objects), qr/^function redlock_lock\(.*redlock_user:
 
 # A fresh 1.2 runs the same scripts as the update, so the comparison above
 # cannot see a GRANT missing from both: every object's privileges, but its
-# owner's, are pinned here (the README's "Privileges" promises them).
+# owner's, are pinned here (doc/reference.md's "Privileges" promises them).
 my $grants = <<'SQL';
 SELECT pg_describe_object(d.classid, d.objid, 0) || ': ' ||
        coalesce((SELECT string_agg(coalesce(r.rolname, 'PUBLIC') || ' ' || a.privilege_type, ', '
@@ -224,6 +225,7 @@ function redlock_fence(): PUBLIC EXECUTE
 function redlock_holder(text): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_leases(): PUBLIC EXECUTE
 function redlock_lock(text,integer,integer,boolean): redlock_user EXECUTE
+function redlock_lock(text[],integer,integer,boolean): redlock_user EXECUTE
 function redlock_locks(): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_nodes(): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_stats(): PUBLIC EXECUTE
@@ -233,10 +235,14 @@ function redlock_stats_latency(): PUBLIC EXECUTE
 function redlock_stats_nodes(): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_stats_reset(): -
 function redlock_try_lock(text,integer,boolean): redlock_user EXECUTE
+function redlock_try_lock(text[],integer,boolean): redlock_user EXECUTE
 function redlock_try_xact_lock(text,integer,boolean): redlock_user EXECUTE
+function redlock_try_xact_lock(text[],integer,boolean): redlock_user EXECUTE
 function redlock_unlock(text): redlock_user EXECUTE
+function redlock_unlock(text[]): redlock_user EXECUTE
 function redlock_unlock_all(): redlock_user EXECUTE
 function redlock_xact_lock(text,integer,integer,boolean): redlock_user EXECUTE
+function redlock_xact_lock(text[],integer,integer,boolean): redlock_user EXECUTE
 view redlock_dispatcher: PUBLIC SELECT
 view redlock_leases: PUBLIC SELECT
 view redlock_locks: pg_monitor SELECT, redlock_user SELECT
@@ -247,7 +253,7 @@ view redlock_stats_info: PUBLIC SELECT
 view redlock_stats_latency: PUBLIC SELECT
 view redlock_stats_nodes: pg_monitor SELECT, redlock_user SELECT
 EXPECTED
-	'a fresh 1.2 grants exactly what the README promises, object by object');
+	'a fresh 1.2 grants exactly what doc/reference.md promises, object by object');
 is($pg->safe_psql('upd', $grants), $pg->safe_psql('fresh', $grants),
 	'... and so does 1.0 + update');
 $pg->safe_psql('upd', 'CREATE ROLE bounds_reader LOGIN');
@@ -266,23 +272,85 @@ $pg->safe_psql('upd', 'CREATE EXTENSION redlock');
 is($pg->safe_psql('upd', "SELECT has_function_privilege('keeps_grant', 'redlock_unlock(text)', 'EXECUTE')"),
 	't', 'CREATE EXTENSION again uses the role that is there');
 
-# ---------- update from 1.1: a user's view over a replaced view ----------
+# ---------- update from 1.1: user objects and privileges on what it replaces ----------
 
+# 1.2 replaces redlock_nodes, redlock_stats_nodes, redlock_locks and
+# redlock_dispatcher (views and functions): a view of the user's over any
+# of them blocks the update with 2BP01, named; the privileges on them carry
+# over, and stay the user's (not initial privileges) for pg_dump
 $pg->safe_psql('postgres', 'CREATE DATABASE upd12');
 $pg->safe_psql('upd12', "CREATE EXTENSION redlock VERSION '1.1'");
-$pg->safe_psql('upd12', 'CREATE VIEW my_nodes AS SELECT node, quarantined_until FROM redlock_nodes');
+$pg->safe_psql('upd12', <<'SQL');
+CREATE ROLE viewer LOGIN;
+CREATE ROLE column_viewer LOGIN;
+GRANT SELECT ON redlock_nodes, redlock_stats_nodes, redlock_locks TO viewer;
+GRANT EXECUTE ON FUNCTION redlock_nodes(), redlock_stats_nodes(), redlock_locks() TO viewer;
+GRANT SELECT ON redlock_locks TO column_viewer WITH GRANT OPTION;
+GRANT SELECT (node, reachable) ON redlock_nodes TO column_viewer;
+REVOKE SELECT ON redlock_stats_nodes FROM pg_monitor;
+REVOKE SELECT ON redlock_dispatcher FROM PUBLIC;
+GRANT SELECT ON redlock_dispatcher TO viewer;
+CREATE VIEW my_nodes AS SELECT node, quarantined_until FROM redlock_nodes;
+CREATE VIEW my_locks AS SELECT pid, resource FROM redlock_locks;
+CREATE VIEW my_dispatcher AS SELECT rounds_shared FROM redlock_dispatcher;
+SQL
 my ($rc12, $out12, $err12) = $pg->psql('upd12', 'ALTER EXTENSION redlock UPDATE',
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-like($err12, qr/ERROR:  2BP01: cannot update extension redlock to version 1\.2 while other objects depend on objects it replaces.*DETAIL:  .*these depend on them: view my_nodes\./s,
-	'1.1 -> 1.2: a view over redlock_nodes blocks the update, 2BP01, named');
-$pg->safe_psql('upd12', 'DROP VIEW my_nodes; ALTER EXTENSION redlock UPDATE');
+like($err12, qr/ERROR:  2BP01: cannot update extension redlock to version 1\.2 while other objects depend on objects it replaces.*DETAIL:  .*these depend on them: view my_dispatcher, view my_locks, view my_nodes\./s,
+	'1.1 -> 1.2: views over redlock_dispatcher, redlock_locks and redlock_nodes block the update, 2BP01, named');
+$pg->safe_psql('upd12', 'DROP VIEW my_nodes, my_dispatcher');
+($rc12, $out12, $err12) = $pg->psql('upd12', 'ALTER EXTENSION redlock UPDATE',
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err12, qr/ERROR:  2BP01: .*DETAIL:  Version 1\.2 replaces redlock_nodes\(\), redlock_stats_nodes\(\), redlock_locks\(\) and redlock_dispatcher\(\) and their views; these depend on them: view my_locks\./s,
+	'... a view over redlock_locks alone too (not PostgreSQL\'s error for the DROP)');
+$pg->safe_psql('upd12', 'DROP VIEW my_locks; ALTER EXTENSION redlock UPDATE');
 is($pg->safe_psql('upd12',
 		"SELECT extversion FROM pg_extension WHERE extname = 'redlock'"),
-	'1.2', '... updated once it is gone');
+	'1.2', '... updated once they are gone');
 is($pg->safe_psql('upd12',
 		"SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute"
 		  . " WHERE attrelid = 'redlock_stats_nodes'::regclass AND attname LIKE 'epoch%'"),
 	'epoch_since,epoch_run_id,epoch_reason', 'redlock_stats_nodes shows the epoch');
+is($pg->safe_psql('upd12', <<'SQL'),
+SELECT v, has_table_privilege('viewer', v, 'SELECT'),
+       has_function_privilege('viewer', v || '()', 'EXECUTE')
+  FROM unnest(ARRAY['redlock_dispatcher', 'redlock_locks', 'redlock_nodes', 'redlock_stats_nodes']) v ORDER BY v
+SQL
+	"redlock_dispatcher|t|t\nredlock_locks|t|t\nredlock_nodes|t|t\nredlock_stats_nodes|t|t",
+	'the grants on the four views and their functions survive the update');
+is($pg->safe_psql('upd12',
+		"SELECT has_table_privilege('column_viewer', 'redlock_locks', 'SELECT WITH GRANT OPTION'),"
+		  . " has_column_privilege('column_viewer', 'redlock_nodes', 'node', 'SELECT'),"
+		  . " has_column_privilege('column_viewer', 'redlock_nodes', 'error', 'SELECT'),"
+		  . " has_table_privilege('pg_monitor', 'redlock_stats_nodes', 'SELECT'),"
+		  . " has_table_privilege('pg_monitor', 'redlock_locks', 'SELECT'),"
+		  . " has_table_privilege('column_viewer', 'redlock_dispatcher', 'SELECT')"),
+	't|t|f|f|t|f', 'so do a grant option, column grants, revokes, and the extension\'s own grants');
+is($pg->safe_psql('upd12', 'SET ROLE viewer; SELECT count(*) FROM redlock_locks'),
+	'0', 'viewer reads redlock_locks after the update');
+my ($dump12) = run_command([ 'pg_dump', '-s', '-d', $pg->connstr('upd12') ]);
+like($dump12, qr/GRANT SELECT ON TABLE public\.redlock_locks TO viewer;/,
+	'pg_dump dumps the grant on redlock_locks: not taken for an initial privilege');
+like($dump12, qr/GRANT SELECT\(node\) ON TABLE public\.redlock_nodes TO column_viewer;/,
+	'nor the column grant');
+like($dump12, qr/REVOKE SELECT ON TABLE public\.redlock_stats_nodes FROM pg_monitor;/,
+	'and the revoke');
+like($dump12, qr/REVOKE SELECT ON TABLE public\.redlock_dispatcher FROM PUBLIC;/,
+	'and the revoke from PUBLIC');
+unlike($dump12, qr/TO redlock_user;/, "the extension's own grants stay initial");
+# with the user's changes undone, privileges and initial privileges are a
+# fresh 1.2's
+$pg->safe_psql('upd12', <<'SQL');
+REVOKE ALL ON redlock_nodes, redlock_stats_nodes, redlock_locks, redlock_dispatcher FROM viewer, column_viewer CASCADE;
+REVOKE ALL ON FUNCTION redlock_nodes(), redlock_stats_nodes(), redlock_locks() FROM viewer;
+GRANT SELECT ON redlock_stats_nodes TO pg_monitor;
+GRANT SELECT ON redlock_dispatcher TO PUBLIC;
+SQL
+is($pg->safe_psql('upd12', privileges_sql()), $pg->safe_psql('fresh', privileges_sql()),
+	'with those grants undone, 1.1 + update has the privileges and initial privileges of a fresh 1.2');
+is($pg->safe_psql('upd12', "SELECT count(*) FROM pg_init_privs WHERE objsubid <> 0"
+		  . " AND classoid = 'pg_class'::regclass AND objoid::regclass::text LIKE 'redlock\\_%'"),
+	'0', 'no column of the views keeps an initial privilege');
 
 $pg->stop;
 done_testing();

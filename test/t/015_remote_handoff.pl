@@ -259,7 +259,7 @@ $w->query_safe("SELECT redlock_unlock('r8')");
 ok(wait_for(sub { no_lock('r8') && no_offer('r8') }), 'r8: nothing is left after its unlock');
 $w->quit;
 
-# --- 9. a holder whose Redis user has the minimal ACL of the README (no
+# --- 9. a holder whose Redis user has the minimal ACL of doc/operating.md (no
 # HGET, HMGET, TIME or PUBLISH: the release script pcalls them): its
 # release cannot see the offer and says nothing, but it releases; the
 # waiter, on its own backstop (300 ms here), asks and gets the lease, and

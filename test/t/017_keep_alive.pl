@@ -130,12 +130,26 @@ $pg->safe_psql('postgres', "CREATE DATABASE other_nodes");
 $pg->safe_psql('postgres', "ALTER DATABASE other_nodes SET redlock.nodes = '$nodes_b'");
 $pg->safe_psql('other_nodes', 'CREATE EXTENSION redlock');
 $h->query_safe("SELECT redlock_lock('same', 60000)");
-$t0 = time;
-($rc, $out, $err) = $pg->psql('other_nodes',
-	"SELECT redlock_lock('same', 60000, wait_ms => 3000) > 0");
-is($out, 't',
-	'a database with nodes of its own is granted a resource held on the server\'s nodes');
-like($err, qr/^$/, 'without waiting for the other database\'s holder');
+my $other = $pg->background_psql('other_nodes', on_error_stop => 0);
+# (wait_ms: a wait for the other database's holder would fail with 55P03)
+is($other->query_safe("SELECT redlock_lock('same', 60000, wait_ms => 3000) > 0"), 't',
+	'a database with nodes of its own is granted a resource held on the server\'s nodes, without waiting');
+# redlock_locks names the node list of each lease, as redlock_nodes names
+# each session's own: the two granted rows on one key are told apart
+my $mine = $h->query_safe('SELECT string_agg(DISTINCT node_list, \',\') FROM redlock_nodes');
+my $theirs = $other->query_safe('SELECT string_agg(DISTINCT node_list, \',\') FROM redlock_nodes');
+like($mine, qr/^[0-9a-f]{16}$/, "redlock_nodes names the session's node list: one id, 16 hex digits ($mine)");
+isnt($theirs, $mine, "the other database's list has another id ($theirs)");
+is($pg->safe_psql('postgres',
+		"SELECT string_agg(datname || '=' || key || ' on ' || node_list, ' ' ORDER BY datname) FROM redlock_locks WHERE resource = 'same' AND granted"),
+	"other_nodes=redlock:lock:same on $theirs postgres=redlock:lock:same on $mine",
+	'redlock_locks: two holders of one key, each row with the node_list its own session sees');
+$other->query_safe("SELECT redlock_unlock('same')");
+is($other->query_safe(
+		"SET redlock.nodes = '" . join(',', reverse map { $_->addr } @b) . "';"
+		  . ' SELECT string_agg(DISTINCT node_list, \',\') FROM redlock_nodes'),
+	$theirs, 'the same nodes in another order: the same id');
+$other->quit;
 ($rc, $out, $err) = $pg->psql('other_nodes',
 	"SELECT redlock_lock('ka:b', 2000, keep_alive => true)");
 like($err, qr/keep_alive is not available with this session's redlock.nodes/,

@@ -315,8 +315,8 @@ system("redis-cli -h 127.0.0.1 -p ${\ $r3->port } $auth ACL SETUSER lockless on 
 ($out, $err) = attempt("SELECT redlock_try_lock('a', 5000)", nodes => $r3->addr,
 	username => 'lockless', password => 'pw');
 like($err, qr/NOPERM/, 'an ACL user without EVAL: NOPERM');
-like($err, qr/HINT:\s+The node's ACL user lacks a command, key or channel that redlock uses/,
-	'... hint: the ACL');
+like($err, qr/HINT:\s+The node's ACL user lacks a command, key or channel that redlock uses: grant the minimal ACL given in redlock's documentation \(doc\/operating\.md\)/,
+	'... hint: the ACL, and the page that gives it');
 system("redis-cli -h 127.0.0.1 -p ${\ $r3->port } $auth CONFIG SET requirepass '' >/dev/null");
 
 # ------------------------------------------------------------------------

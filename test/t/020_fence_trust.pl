@@ -184,20 +184,6 @@ unlike($dump, qr/GRANT ALL ON FUNCTION public\.redlock_lock\([^)]*\) TO redlock_
 	"the extension's own grant stays initial");
 $pg->safe_psql('upd', 'CREATE DATABASE fresh');
 $pg->safe_psql('fresh', 'CREATE EXTENSION redlock');
-# ACL items in a fixed order: a REVOKE and a GRANT can reorder them
-my $acl = <<'SQL';
-CREATE FUNCTION pg_temp.sorted(a aclitem[]) RETURNS text LANGUAGE sql
-	AS $$ SELECT array_agg(x ORDER BY x::text)::text FROM unnest(a) x $$;
-SELECT p.oid::regprocedure::text, pg_temp.sorted(coalesce(p.proacl, acldefault('f', p.proowner))),
-       pg_temp.sorted(i.initprivs)
-  FROM pg_proc p LEFT JOIN pg_init_privs i ON i.objoid = p.oid AND i.classoid = 'pg_proc'::regclass
- WHERE p.proname LIKE 'redlock\_%'
-UNION ALL
-SELECT c.oid::regclass::text, pg_temp.sorted(c.relacl), pg_temp.sorted(i.initprivs)
-  FROM pg_class c LEFT JOIN pg_init_privs i ON i.objoid = c.oid AND i.classoid = 'pg_class'::regclass
- WHERE c.relname LIKE 'redlock\_%' AND c.relkind = 'v'
- ORDER BY 1
-SQL
 $pg->safe_psql('upd', <<'SQL');
 GRANT EXECUTE ON FUNCTION redlock_try_lock(text,integer,boolean) TO redlock_user;
 REVOKE EXECUTE ON FUNCTION redlock_lock(text,integer,integer,boolean), redlock_unlock(text) FROM app;
@@ -206,7 +192,7 @@ REVOKE SELECT ON redlock_leases FROM app;
 GRANT EXECUTE ON FUNCTION redlock_leases() TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION redlock_leases() FROM app;
 SQL
-is($pg->safe_psql('upd', $acl), $pg->safe_psql('fresh', $acl),
+is($pg->safe_psql('upd', privileges_sql()), $pg->safe_psql('fresh', privileges_sql()),
 	'with those grants undone, 1.0 + update has the privileges and initial privileges of a fresh 1.2');
 
 # ---------- an existing role redlock_user (issue 16, item 15) ----------

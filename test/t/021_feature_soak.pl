@@ -257,7 +257,7 @@ my @redis = map {
 	});
 } 0 .. 4;
 # the nodes are new and hold no lock: their epochs written as old, as an
-# operator may (README), so that they count at once when the quarantine is
+# operator may (doc/operating.md), so that they count at once when the quarantine is
 # turned on; a node that restarts later begins a new epoch
 seed_epoch(@redis);
 # node $i as server $s names it

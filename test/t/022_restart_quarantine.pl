@@ -19,7 +19,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 my $quarantine_s = 12;
-my $ttl_ms = 10000;    # within the quarantine, as the README asks
+my $ttl_ms = 10000;    # within the quarantine, as doc/operating.md asks
 
 my @redis = redis_nodes(5);
 seed_epoch(@redis);    # new nodes: they count at once (028 shows the wait)

@@ -6,10 +6,11 @@
 #   refuse connections ask whether they are running and reachable; a node
 #   at its maxclients (a real redis-server with --maxclients 1 and its one
 #   client taken) gives its own words in DETAIL and a hint naming its
-#   maxclients setting.  (A node in protected mode refuses only clients
-#   that are not on loopback, and tests send traffic to loopback only: its
-#   words go the same way as maxclients', untested here.)  (TLS failures:
-#   010; a stalled dispatcher: 025.)
+#   maxclients setting; a node in protected mode (no password, bound to
+#   this machine's non-loopback address, which it refuses as a client
+#   address not on loopback: skipped on a machine without one) gives its
+#   own words and a hint naming protected mode.  (TLS failures: 010; a
+#   stalled dispatcher: 025.)
 # - a node that requires a password and gets none says NOAUTH, with a hint
 #   naming redlock.password, also for a lock call that waits (before, its
 #   longer command got "ERR Protocol error: unauthenticated multibulk
@@ -95,6 +96,28 @@ for my $call ("redlock_try_lock('full', 5000)", "redlock_lock('full', 5000)")
 		'... and the hint names its maxclients setting');
 }
 close $taken;
+
+# a node in protected mode: no password, bound to an address that is not
+# loopback; a client connecting to that address comes from it, which is
+# not loopback either, and is refused with DENIED
+SKIP:
+{
+	my ($ip) = grep { /^\d+\.\d+\.\d+\.\d+$/ && !/^127\./ }
+	  split ' ', (`hostname -I 2>/dev/null` // '');
+	skip 'no non-loopback IPv4 address on this machine (hostname -I): '
+	  . 'a node in protected mode refuses only clients that are not on loopback', 5
+	  unless defined $ip;
+	my $guarded = RedisNode->new(host => $ip, args => [ '--protected-mode', 'yes' ]);
+	like($guarded->cli('PING'), qr/^DENIED/, "the node on $ip refuses a client from $ip");
+	for my $call ("redlock_try_lock('guarded', 5000)", "redlock_lock('guarded', 5000)")
+	{
+		($out, $err) = attempt("SELECT $call", nodes => $guarded->addr);
+		like($err, qr/\Q${\ $guarded->addr }\E: refused the connection: DENIED Redis is running in protected mode/,
+			"$call, a node in protected mode: DETAIL gives the node's words");
+		like($err, qr/HINT:  A node in protected mode refused a connection from another host: give the node a password \(requirepass, and redlock\.password here\)/,
+			'... and the hint names protected mode');
+	}
+}
 
 # ------------------------------------------------------------------------
 # NOAUTH: a node that wants a password, and none is set

@@ -7,7 +7,9 @@
 # behind), no lock left on the nodes once the load stops, and no healthy
 # node blamed for the worker's stall in the server log.  Then a stall of the
 # worker between queueing a batch and writing it (a debug delay there; the
-# nodes' clocks start at the queueing: it failed every call once).  Then the worker
+# nodes' clocks start at the queueing: it failed every call once).  Then a
+# node paused under load: its connection, far behind, is asked nothing new
+# rather than failed and replaced.  Then the worker
 # stopped with the nodes it waits for (as in a stall of the machine): they
 # are judged on the time it ran, and named beside it when they stay silent.
 use strict;
@@ -101,6 +103,38 @@ my ($sh3) = dispatcher_rounds($pg);
 cmp_ok($sh3 - $sh2, '>=', 6, 'the calls went through the worker');
 ok(no_keys('*', @redis), 'no lock is left on the nodes');
 
+# --- a node kept off the CPU while the load goes on: the worker's
+# connection to it owes more and more replies.  Owing three quarters of
+# what it may (redlock.debug_owed_limit, 64 here, for a test of it), it is
+# asked nothing new, and kept: failing it ("too many requests queued on a
+# stalled connection") and reconnecting would let a new connection's
+# commands reach the node before the old one's (a lock applied after its
+# release, as seen on an overloaded machine: sessions refused their own
+# resource).  Node 5 paused for 1.5 s (node_timeout 200 ms: the silence
+# limit is 2 s) under 8 sessions: no call fails, the node is not blamed,
+# nothing is left on the nodes once it runs again.
+$pg->append_conf('postgresql.conf',
+	"redlock.debug_dispatch_delay = 0\nredlock.debug_owed_limit = 64\nredlock.node_timeout = '200ms'\n");
+reload_seen($pg, $s);
+usleep(300_000);	# the worker, woken by SIGHUP, reads it too
+$log_from = -s $pg->logfile;
+($out, $err) = ('', '');
+$bench = IPC::Run::start(
+	[ 'pgbench', '-n', '-M', 'prepared', '-c', '8', '-j', '2', '-T', '4',
+		'-f', $script, '-h', $pg->host, '-p', $pg->port, 'postgres' ],
+	'<', \'', '>', \$out, '2>', \$err,
+	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+usleep(1_000_000);
+$redis[4]->pause;
+usleep(1_500_000);
+$redis[4]->resume;
+ok($bench->finish, 'a node paused under load: pgbench ran to its end') or diag "pgbench: $err";
+unlike($err, qr/error|abort/i, '... no call failed');
+$log = substr(slurp_file($pg->logfile), $log_from);
+unlike($log, qr/too many requests queued|Redis node \S+ is failing/,
+	'... its connection was not failed, nor the node blamed');
+ok(wait_for(sub { no_keys('*', @redis) }, 10), '... and nothing is left on the nodes');
+
 # --- the worker stopped with the nodes it waits for (as in a stall of the
 # whole machine): a node is judged on the time the worker ran.  A session
 # (always) waits for its lock, which the worker sent and waits for from
@@ -109,7 +143,7 @@ ok(no_keys('*', @redis), 'no lock is left on the nodes');
 # of their node_timeout: the lock is granted.  Nodes that stay silent are
 # judged late after that, their DETAIL naming the stalled worker.
 $pg->append_conf('postgresql.conf',
-	"redlock.debug_dispatch_delay = 0\nredlock.node_timeout = '1s'\n");
+	"redlock.debug_owed_limit = 0\nredlock.node_timeout = '1s'\n");
 reload_seen($pg, $s);
 usleep(300_000);	# the worker, woken by SIGHUP, reads it too
 my $spid = $s->query_safe('SELECT pg_backend_pid()');

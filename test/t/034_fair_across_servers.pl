@@ -17,7 +17,8 @@
 #     servers) and when its lock call began.  Nobody times out; every
 #     server's share of the grants is at least half its fair share (its
 #     sessions over all sessions); and every grant came after at most the
-#     README's bound of grants to others since its call began,
+#     bound of grants to others since its call began (doc/reference.md,
+#     "Waiting"),
 #     (S - 1)(K + 1) ceil(n / (K + 1)) + n - 1 for a server with n sessions
 #     and S = 4 servers, plus K + 1 for what the measure from the call's
 #     start also counts (see $slack).

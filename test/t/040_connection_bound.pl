@@ -13,7 +13,8 @@
 #   holder gives back at once for it; redlock_dispatcher counts the wait;
 # - with room for one backend, held by a call in progress (three nodes
 #   paused, node_timeout 8 s), such a call fails after its wait with
-#   53300, saying why.
+#   53300, saying why; its session, exiting with a lease, releases it and
+#   gives its place back.
 use strict;
 use warnings FATAL => 'all';
 
@@ -172,7 +173,19 @@ like($perr, qr/HINT:  Raise redlock\.max_connections_per_node/, '... and what to
 $_->resume for @redis[ 0 .. 2 ];
 my ($ao, $ae) = run_in($a, "SELECT 'done'");
 like($ao, qr/done/, 'the call in progress ended, and the session goes on');
+# a session that exits holding a lease: its exit releases it (a round on
+# its own connections), and gives its place back after that
+($ao, $ae) = run_in($a, "SELECT redlock_lock('at_exit', 30000) > 0");
+is($ao, 't', 'the session takes a lease, and exits holding it');
 $a->quit;
+ok(wait_for(sub { key_count('at_exit', @redis) eq '0 0 0 0 0' }, 10),
+	'its exit released the lease on every node');
+ok( wait_for(
+		sub {
+			$pg->safe_psql('postgres', 'SELECT backends_connected FROM redlock_dispatcher') eq '0';
+		},
+		10),
+	'... and gave its place back (no place is lost at exit)');
 
 nothing_crashed($pg, $pm_start);
 $pg->stop;
