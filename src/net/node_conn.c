@@ -464,6 +464,13 @@ node_lost(RlNode *node, RlRequest *req, const char *what)
 
 	bool		pending = false;
 
+	if (node->shut_ours)
+	{
+		/* the node closed a connection we ended: it ran all it was sent */
+		node_disconnect(node);
+		return;
+	}
+
 	for (RlRequest *r = req; r != NULL; r = r->batch_next)
 		pending |= !r->skip[idx] && r->results[idx].vote == RL_VOTE_PENDING;
 	if (pending && node->was_idle)

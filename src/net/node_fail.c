@@ -44,6 +44,7 @@ node_disconnect(RlNode *node)
 	node->reply_bytes = 0;
 	node->state = RL_CONN_NONE;
 	node->want_write = false;
+	node->shut_ours = false;
 	queue_requeue_owed(node);
 	node->wes_pos = -1;
 	rl_wes_stale = true;
@@ -59,15 +60,19 @@ rl_nodes_disconnect_all(void)
 
 /*
  * Idle connections ended from a signal handler (the idle timer of
- * shared/shared_rounds_permits.c, which fires only while this process runs no
- * round): shutdown(2), which is async-signal-safe, ends each connection
- * for its node at once; the sockets and the rest of their state are let go
- * at the next round (rl_nodes_close_shut), quietly: no failure, no backoff.
- * Only when every connection has sent all it was given and none is being
- * opened, so that no command of ours is cut off.  Replies still owed (to
- * releases sent without waiting, to rounds decided without them) are not
- * waited for: their commands reached the node, which runs each on its own
- * value; must-deliver ones are kept and sent again (node_disconnect).
+ * shared/shared_rounds_permits.c, which fires only while this process runs
+ * no round): shutdown(2) for writing, which is async-signal-safe, tells
+ * each node at once that nothing more comes; the node runs what it was
+ * sent, answers and closes.  Only when every connection has sent all it
+ * was given and none is being opened, so that no command of ours is cut
+ * off.  The rest is done at the next round (rl_nodes_close_shut), before
+ * anything of it is sent elsewhere: the replies still owed (to releases
+ * sent without waiting, to rounds decided without them) are read, or the
+ * node's close, which comes only once it ran every command before it,
+ * within node_timeout; so a command sent next on another connection (the
+ * dispatcher's, a new one) cannot reach the node before them (a lock
+ * refused because the release before it was not applied yet).  Then the
+ * sockets are let go, quietly: no failure, no backoff.
  */
 static volatile sig_atomic_t nodes_shut = false;
 
@@ -84,7 +89,7 @@ rl_nodes_shut_idle(void)
 	}
 	for (int i = 0; i < rl_nnodes; i++)
 		if (rl_nodes[i].state == RL_CONN_READY && rl_nodes[i].fd >= 0)
-			(void) shutdown(rl_nodes[i].fd, SHUT_RDWR);
+			(void) shutdown(rl_nodes[i].fd, SHUT_WR);
 	nodes_shut = true;
 	return true;
 }
@@ -97,6 +102,10 @@ rl_nodes_close_shut(void)
 	nodes_shut = false;
 	for (int i = 0; i < rl_nnodes; i++)
 		if (rl_nodes[i].state == RL_CONN_READY)
+			rl_nodes[i].shut_ours = true;
+	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
+	for (int i = 0; i < rl_nnodes; i++)
+		if (rl_nodes[i].shut_ours)
 			node_disconnect(&rl_nodes[i]);
 }
 
