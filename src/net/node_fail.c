@@ -89,7 +89,10 @@ rl_nodes_shut_idle(void)
 	}
 	for (int i = 0; i < rl_nnodes; i++)
 		if (rl_nodes[i].state == RL_CONN_READY && rl_nodes[i].fd >= 0)
+		{
+			rl_nodes[i].shut_ours = true;	/* whoever reads its close */
 			(void) shutdown(rl_nodes[i].fd, SHUT_WR);
+		}
 	nodes_shut = true;
 	return true;
 }
@@ -100,9 +103,6 @@ rl_nodes_close_shut(void)
 	if (!nodes_shut)
 		return;
 	nodes_shut = false;
-	for (int i = 0; i < rl_nnodes; i++)
-		if (rl_nodes[i].state == RL_CONN_READY)
-			rl_nodes[i].shut_ours = true;
 	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
 	for (int i = 0; i < rl_nnodes; i++)
 		if (rl_nodes[i].shut_ours)

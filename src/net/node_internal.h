@@ -134,7 +134,7 @@ typedef struct RlNode
 	/* current round */
 	int64_t		asked_at_us;	/* when our command could first be sent */
 	bool		was_idle;		/* an idle connection was reused for it */
-	bool		shut_ours;		/* ended by rl_nodes_shut_idle: its close
+	volatile bool shut_ours;	/* ended by rl_nodes_shut_idle: its close
 								 * by the node is no failure */
 
 	/* position in the wait event set, -1 if none */

@@ -187,6 +187,9 @@ ok( wait_for(
 		10),
 	'... and gave its place back (no place is lost at exit)');
 
+unlike(slurp_file($pg->logfile), qr/Redis node \S+ (is failing|stopped answering)/,
+	'no node was blamed for a connection the idle timer ended and the node closed');
+
 nothing_crashed($pg, $pm_start);
 $pg->stop;
 done_testing();
