@@ -12,9 +12,6 @@
  */
 #include "postgres.h"
 
-#include <signal.h>
-#include <sys/socket.h>
-
 #include "net/node_internal.h"
 
 #define RL_BACKOFF_MIN_MS	100
@@ -56,57 +53,6 @@ rl_nodes_disconnect_all(void)
 	for (int i = 0; i < rl_nnodes; i++)
 		node_disconnect(&rl_nodes[i]);
 	resolve_shutdown();
-}
-
-/*
- * Idle connections ended from a signal handler (the idle timer of
- * shared/shared_rounds_permits.c, which fires only while this process runs
- * no round): shutdown(2) for writing, which is async-signal-safe, tells
- * each node at once that nothing more comes; the node runs what it was
- * sent, answers and closes.  Only when every connection has sent all it
- * was given and none is being opened, so that no command of ours is cut
- * off.  The rest is done at the next round (rl_nodes_close_shut), before
- * anything of it is sent elsewhere: the replies still owed (to releases
- * sent without waiting, to rounds decided without them) are read, or the
- * node's close, which comes only once it ran every command before it,
- * within node_timeout; so a command sent next on another connection (the
- * dispatcher's, a new one) cannot reach the node before them (a lock
- * refused because the release before it was not applied yet).  Then the
- * sockets are let go, quietly: no failure, no backoff.
- */
-static volatile sig_atomic_t nodes_shut = false;
-
-bool
-rl_nodes_shut_idle(void)
-{
-	for (int i = 0; i < rl_nnodes; i++)
-	{
-		const RlNode *node = &rl_nodes[i];
-
-		if (node->state != RL_CONN_NONE &&
-			(node->state != RL_CONN_READY || node->want_write))
-			return false;
-	}
-	for (int i = 0; i < rl_nnodes; i++)
-		if (rl_nodes[i].state == RL_CONN_READY && rl_nodes[i].fd >= 0)
-		{
-			rl_nodes[i].shut_ours = true;	/* whoever reads its close */
-			(void) shutdown(rl_nodes[i].fd, SHUT_WR);
-		}
-	nodes_shut = true;
-	return true;
-}
-
-void
-rl_nodes_close_shut(void)
-{
-	if (!nodes_shut)
-		return;
-	nodes_shut = false;
-	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
-	for (int i = 0; i < rl_nnodes; i++)
-		if (rl_nodes[i].shut_ours)
-			node_disconnect(&rl_nodes[i]);
 }
 
 /*
