@@ -112,7 +112,7 @@ SKIP:
 	for my $call ("redlock_try_lock('guarded', 5000)", "redlock_lock('guarded', 5000)")
 	{
 		($out, $err) = attempt("SELECT $call", nodes => $guarded->addr);
-		like($err, qr/\Q${\ $guarded->addr }\E: refused the connection: DENIED Redis is running in protected mode/,
+		like($err, qr/\Q${\ $guarded->addr }\E: refused the connection: DENIED (?:Redis is running|Running) in protected mode/,
 			"$call, a node in protected mode: DETAIL gives the node's words");
 		like($err, qr/HINT:  A node in protected mode refused a connection from another host: give the node a password \(requirepass, and redlock\.password here\)/,
 			'... and the hint names protected mode');
