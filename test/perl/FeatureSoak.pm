@@ -125,7 +125,7 @@ package FeatureSoak;
 our @KINDS = (
 	[ xact => 4 ], [ session => 3 ], [ try => 1 ], [ extend => 2 ],
 	[ keepalive => 2 ], [ pause => 2 ], [ nested => 2 ],
-	[ multi => 2 ], [ 'multi-try' => 1 ], [ 'multi-xact' => 2 ]);
+	[ multi => 3 ], [ 'multi-try' => 2 ], [ 'multi-xact' => 3 ]);
 our $MAX_TTL_MS = 3000;    # no lease of the workload has a longer TTL
 
 # Run lease cycles until $a{deadline}, as session $a{name} of server

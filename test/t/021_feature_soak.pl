@@ -4,8 +4,11 @@
 # leases, session leases, try_lock, leases extended with redlock_extend,
 # keep-alive leases held past their TTL, waits with wait_ms (so that local
 # wake-ups and handoffs across the servers happen), a second lease of the
-# same session meanwhile, holders that stall past their TTL, and a fenced
-# write with the token while holding (test/perl/FeatureSoak.pm).
+# same session meanwhile, holders that stall past their TTL, sets of 2 or 3
+# of the resources at once (redlock_lock, redlock_try_lock and
+# redlock_xact_lock over text[], each set in an order of its own, released
+# together or one by one), and a fenced write with the token while holding
+# (test/perl/FeatureSoak.pm).
 #
 # Meanwhile a nemesis, at random from a seed, with at most two nodes out at
 # once (a node in its restart quarantine counts as out): stops one or two
@@ -59,13 +62,19 @@
 # jump, Redlock's known limit, and across a wipe without the quarantine
 # are counted apart; a lease whose connection was lost, as in a
 # crash-restart, ends no earlier than its validity), tokens increase in
-# the order of the grants, every fenced row accepted only increasing
+# the order of the grants (each resource of a set is a lease of its own
+# here, against every other holder's, of one resource or of a set), every
+# set held all its resources or none (a grant with its token for each, one
+# grant time, and one validity for all as its holder read them right
+# after), every fenced row accepted only increasing
 # tokens (an audit trigger logs every accepted update), no statement runs
 # longer than its wait_ms + 2 s (it reports each server's longest lock
 # call), and both servers lease again within 2 s of the end of the faults
 # (the network healed; beyond a quarantine still running, if a majority
 # of the nodes is in one).  It first proves on a constructed history that
-# it reports each kind of violation.
+# it reports each kind of violation, and at the end on the run's own
+# history broken twice: a set's grant of one resource dropped, and another
+# holder's grant moved into a set's lease.
 #
 # SOAK_SECONDS (default 60): how long the faults go on, the control phase
 # (SOAK_CONTROL_SECONDS, default 10) included; SOAK_SEED (printed) replays
