@@ -83,6 +83,30 @@ SELECT resource, keep_alive, validity_ms > 0 AS valid FROM redlock_leases
 SELECT redlock_extend('m:k1', 5000) > 1000 AS extended;
 SELECT redlock_unlock(ARRAY['m:k1', 'm:k2']);
 
+-- redlock_extend over a set: each lease extended, the new validities in the
+-- order given; every resource checked before any is extended
+SELECT cardinality(redlock_lock(ARRAY['m:e1', 'm:e2', 'm:e3'], 1000)) AS got;
+SELECT cardinality(v) AS n, 3000 < ALL (v) AND 5000 >= ALL (v) AS extended
+  FROM redlock_extend(ARRAY['m:e3', 'm:e1', 'm:e2'], 5000) v;
+SELECT pg_sleep(1.2);
+SELECT count(*) FILTER (WHERE validity_ms > 2500) AS still_valid
+  FROM redlock_leases WHERE resource LIKE 'm:e%';
+-- one not held: 55000, and the others not extended
+SELECT redlock_unlock('m:e3');
+SELECT pg_temp.outcome($$SELECT redlock_extend(ARRAY['m:e1', 'm:e3'], 20000)$$);
+SELECT count(*) FILTER (WHERE validity_ms < 5000) AS not_extended
+  FROM redlock_leases WHERE resource LIKE 'm:e%';
+-- one expired: RL003 (it counts as lost), and the other not extended
+SELECT redlock_lock('m:e4', 200) > 0 AS got;
+SELECT pg_sleep(0.4);
+SELECT pg_temp.outcome($$SELECT redlock_extend(ARRAY['m:e1', 'm:e4'], 20000)$$);
+SELECT resource, validity_ms < 5000 AS not_extended FROM redlock_leases
+ WHERE resource LIKE 'm:e%' ORDER BY resource;
+SELECT redlock_unlock(ARRAY['m:e1', 'm:e2']);
+\set VERBOSITY terse
+SELECT redlock_unlock('m:e4');
+\set VERBOSITY default
+
 -- DISCARD ALL releases them
 SELECT cardinality(redlock_lock(ARRAY['m:d1', 'm:d2'])) AS got;
 DISCARD ALL;
@@ -117,6 +141,10 @@ SELECT pg_temp.outcome($$SELECT redlock_unlock(NULL::text[])$$);
 SELECT pg_temp.outcome($$SELECT redlock_unlock('{}'::text[])$$);
 SELECT pg_temp.outcome($$SELECT redlock_unlock(ARRAY[NULL]::text[])$$);
 SELECT pg_temp.outcome($$SELECT redlock_unlock(ARRAY['m:a', 'm:a'])$$);
+SELECT pg_temp.outcome($$SELECT redlock_extend(NULL::text[], 1000)$$);
+SELECT pg_temp.outcome($$SELECT redlock_extend('{}'::text[], 1000)$$);
+SELECT pg_temp.outcome($$SELECT redlock_extend(ARRAY['m:a', 'm:a'], 1000)$$);
+SELECT pg_temp.outcome($$SELECT redlock_extend(ARRAY['m:a', 'm:b'], 0)$$);
 -- a two-dimensional array is taken element by element
 SELECT cardinality(redlock_try_lock(ARRAY[['m:a', 'm:b'], ['m:c', 'm:d']])) AS got;
 SELECT redlock_unlock(ARRAY['m:a', 'm:b', 'm:c', 'm:d']);

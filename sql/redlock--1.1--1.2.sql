@@ -338,17 +338,26 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'redlock_unlock_multi'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Each lease of the array extended as by redlock_extend(text, integer):
+-- the new validities, in the order given.
+CREATE FUNCTION redlock_extend(resources text[], ttl_ms integer)
+RETURNS integer[]
+AS 'MODULE_PATHNAME', 'redlock_extend_multi'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 REVOKE ALL ON FUNCTION
     redlock_lock(text[], integer, integer, boolean),
     redlock_xact_lock(text[], integer, integer, boolean),
     redlock_try_lock(text[], integer, boolean),
     redlock_try_xact_lock(text[], integer, boolean),
-    redlock_unlock(text[])
+    redlock_unlock(text[]),
+    redlock_extend(text[], integer)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     redlock_lock(text[], integer, integer, boolean),
     redlock_xact_lock(text[], integer, integer, boolean),
     redlock_try_lock(text[], integer, boolean),
     redlock_try_xact_lock(text[], integer, boolean),
-    redlock_unlock(text[])
+    redlock_unlock(text[]),
+    redlock_extend(text[], integer)
     TO redlock_user;

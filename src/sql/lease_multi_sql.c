@@ -3,8 +3,8 @@
  * lease_multi_sql.c
  *	  The SQL-callable forms of the lease functions over several resources
  *	  at once, all or none: redlock_lock(text[], ...), redlock_try_lock,
- *	  redlock_xact_lock, redlock_try_xact_lock and redlock_unlock(text[]),
- *	  with their argument checks.  (The acquire behind them:
+ *	  redlock_xact_lock, redlock_try_xact_lock, redlock_unlock(text[]) and
+ *	  redlock_extend(text[], ...), with their argument checks.  (The acquire behind them:
  *	  lease/lease_multi.c.)
  *
  * The array: one to RL_MAX_MULTI distinct resource names, none NULL, each
@@ -22,6 +22,7 @@
 #include "utils/builtins.h"
 
 #include "lease/lease_multi.h"
+#include "lease/session_nodes.h"
 #include "sql/lease_sql.h"
 
 /* The names of the call's resources; they and the array are palloc'd. */
@@ -136,6 +137,7 @@ PG_FUNCTION_INFO_V1(redlock_try_lock_multi);
 PG_FUNCTION_INFO_V1(redlock_xact_lock_multi);
 PG_FUNCTION_INFO_V1(redlock_try_xact_lock_multi);
 PG_FUNCTION_INFO_V1(redlock_unlock_multi);
+PG_FUNCTION_INFO_V1(redlock_extend_multi);
 
 Datum
 redlock_lock_multi(PG_FUNCTION_ARGS)
@@ -202,4 +204,32 @@ redlock_unlock_multi(PG_FUNCTION_ARGS)
 	rl_refuse_in_parallel_mode("redlock_unlock");
 	resources_arg(fcinfo, 0, &r);
 	PG_RETURN_BOOL(rl_lease_unlock_multi((const char *const *) r.names, r.n));
+}
+
+/*
+ * redlock_extend(resources text[], ttl_ms): each lease extended as by
+ * redlock_extend(text, ttl_ms), one round per resource in the order given;
+ * the new validities, in that order.  Every resource is checked (held,
+ * still valid) before any is extended; a lease found lost on the way
+ * raises RL003 for it, and those extended before it keep their new
+ * validity.
+ */
+Datum
+redlock_extend_multi(PG_FUNCTION_ARGS)
+{
+	RlNames		r;
+	int			ttl_ms;
+	RlLease    *leases[RL_MAX_MULTI];
+	Datum		d[RL_MAX_MULTI];
+
+	rl_refuse_in_parallel_mode("redlock_extend");
+	resources_arg(fcinfo, 0, &r);
+	ttl_ms = rl_ttl_arg(fcinfo, 1);
+	rl_session_nodes_ready();
+	for (int i = 0; i < r.n; i++)
+		leases[i] = rl_extend_check(r.names[i]);
+	for (int i = 0; i < r.n; i++)
+		d[i] = Int32GetDatum(rl_extend_lease(leases[i], r.names[i], ttl_ms));
+	PG_RETURN_ARRAYTYPE_P(construct_array(d, r.n, INT4OID, sizeof(int32),
+										  true, TYPALIGN_INT));
 }

@@ -324,24 +324,16 @@ lease_lost(RlLease *lease, const char *resource, const char *why,
 			 errhint("Extend leases well before their TTL runs out.")));
 }
 
-Datum
-redlock_extend(PG_FUNCTION_ARGS)
+/*
+ * The lease this session holds on resource, still valid, to be extended:
+ * 55000 when it holds none, RL003 (the lease then counts as lost) when it
+ * ran out.  rl_session_nodes_ready() first.
+ */
+RlLease *
+rl_extend_check(const char *resource)
 {
-	char		resource[RL_MAX_RESOURCE_LEN + 1];
-	int			ttl_ms;
-	RlLease    *lease;
-	RlRequest	req;
-	RlDecision	decision;
-	int64_t		start_us;
-	int64_t		validity_us;
-	int64_t		until;
+	RlLease    *lease = rl_registry_held(resource);
 
-	rl_refuse_in_parallel_mode("redlock_extend");
-	rl_resource_arg(fcinfo, 0, resource);
-	ttl_ms = rl_ttl_arg(fcinfo, 1);
-	rl_session_nodes_ready();
-
-	lease = rl_registry_held(resource);
 	if (lease == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -349,6 +341,35 @@ redlock_extend(PG_FUNCTION_ARGS)
 
 	if (rl_registry_valid_until(lease) <= rl_now_us())
 		lease_lost(lease, resource, "it expired before it was extended", NULL);
+	return lease;
+}
+
+Datum
+redlock_extend(PG_FUNCTION_ARGS)
+{
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+	int			ttl_ms;
+
+	rl_refuse_in_parallel_mode("redlock_extend");
+	rl_resource_arg(fcinfo, 0, resource);
+	ttl_ms = rl_ttl_arg(fcinfo, 1);
+	rl_session_nodes_ready();
+	PG_RETURN_INT32(rl_extend_lease(rl_extend_check(resource), resource, ttl_ms));
+}
+
+/*
+ * Extend lease (checked by rl_extend_check()) on a majority, with ttl_ms
+ * as its TTL from now on: its new validity in ms, or RL003 when it was
+ * lost (it then counts as lost).
+ */
+int32
+rl_extend_lease(RlLease *lease, const char *resource, int ttl_ms)
+{
+	RlRequest	req;
+	RlDecision	decision;
+	int64_t		start_us;
+	int64_t		validity_us;
+	int64_t		until;
 
 	/*
 	 * The keep-alive worker may extend the same lease meanwhile: the lock
@@ -388,7 +409,7 @@ redlock_extend(PG_FUNCTION_ARGS)
 	rl_stats_count(RL_STAT_EXTENDS);
 	lease->ttl_ms = ttl_ms;
 	lease->valid_until_us = until;
-	PG_RETURN_INT32((int32) (validity_us / 1000));
+	return (int32) (validity_us / 1000);
 }
 
 Datum

@@ -20,8 +20,16 @@
 #            session reconnects and goes on; its open leases end no later
 #            than the validity they were told (a backend killed in a
 #            crash-restart releases nothing: its leases expire)
+#            A grant of several resources at once (redlock_lock(text[])
+#            and its kin) is one grant per resource, each a lease of its
+#            own, with set (the set's id) and set_res (its resources, in
+#            the order asked) beside; the same start, ret, server and pid
+#   setobs   set id, t, v (resource => validity_ms): what the holder of a
+#            set was told of all its resources right after the grant, in
+#            one read of redlock_leases (an obs of each lease follows)
 #   refused  resource, kind, t (host time the call was sent), sqlstate,
-#            server, w, d (as for grant)
+#            server, w, d (as for grant); for a set, res is its resources
+#            joined by commas, and set_res lists them
 #   write    lease id, resource, token, ok, sqlstate
 #   stmt     a statement that took over a second: server, what (the
 #            redlock function it calls, else its first word), w (the
@@ -116,7 +124,8 @@ package FeatureSoak;
 # The kinds of lease cycle, with their weights.
 our @KINDS = (
 	[ xact => 4 ], [ session => 3 ], [ try => 1 ], [ extend => 2 ],
-	[ keepalive => 2 ], [ pause => 2 ], [ nested => 2 ]);
+	[ keepalive => 2 ], [ pause => 2 ], [ nested => 2 ],
+	[ multi => 3 ], [ 'multi-try' => 2 ], [ 'multi-xact' => 3 ]);
 our $MAX_TTL_MS = 3000;    # no lease of the workload has a longer TTL
 
 # Run lease cycles until $a{deadline}, as session $a{name} of server
@@ -201,11 +210,12 @@ sub run_session
 		my $pid = $db->pid;
 		my $r = $q->("SELECT tok, extract(epoch FROM statement_timestamp()),"
 			  . " extract(epoch FROM clock_timestamp()) FROM (SELECT $call AS tok OFFSET 0) s", $w);
-		my ($tok, $start, $ret) = split /\|/, $r->{out} // '';
+		my ($tok, $start, $ret) = ($r->{out} // '') =~ /^([^|]*)\|([\d.]+)\|([\d.]+)$/;
 		if (!$r->{ok} || !defined $tok || $tok eq '')
 		{
 			$emit->(ev => 'refused', res => $res, kind => $kind, t => $r->{sent},
-				sqlstate => $r->{ok} ? 'null' : $sqlstate->($r), server => $a{server},
+				sqlstate => !$r->{ok} ? $sqlstate->($r) : defined $tok ? 'null' : 'no answer',
+				server => $a{server},
 				w => $w // 0, d => $r->{d});
 			return undef;
 		}
@@ -216,6 +226,60 @@ sub run_session
 			w => $w // 0, d => $r->{d});
 		$open{$id} = $res;
 		return $id;
+	};
+	# a lock call over the resources @$rs at once: one grant event per
+	# resource, each a lease of its own with the set's id and its
+	# resources, then what its holder is told of the whole set in one
+	# read; returns the lease ids (as many as tokens came back), or ()
+	# when refused
+	my $set_no = 0;
+	my $grant_set = sub {
+		my ($rs, $call, $kind, $w) = @_;
+		my $pid = $db->pid;
+		my $r = $q->("SELECT tok, extract(epoch FROM statement_timestamp()),"
+			  . " extract(epoch FROM clock_timestamp()) FROM (SELECT $call AS tok OFFSET 0) s", $w);
+		my ($tok, $start, $ret) = ($r->{out} // '') =~ /^([^|]*)\|([\d.]+)\|([\d.]+)$/;
+		if (!$r->{ok} || !defined $tok || $tok eq '')
+		{
+			$emit->(ev => 'refused', res => join(',', @$rs), kind => $kind, t => $r->{sent},
+				sqlstate => !$r->{ok} ? $sqlstate->($r) : defined $tok ? 'null' : 'no answer',
+				server => $a{server},
+				w => $w // 0, d => $r->{d}, set_res => $rs);
+			return ();
+		}
+		my @toks = $tok =~ /^\{(.*)\}$/ ? split(/,/, $1) : ();
+		my $sid = "$a{name}.$pid.set" . ++$set_no;
+		my @ids;
+		for my $i (0 .. $#$rs)
+		{
+			# a resource without its token is recorded as such: no grant,
+			# and the checker finds the set incomplete
+			next unless defined $toks[$i] && $toks[$i] =~ /^\d+$/;
+			my $id = "$a{name}.$pid." . ++$lease_no;
+			$tok{$id} = $toks[$i];
+			$emit->(ev => 'grant', lease => $id, res => $rs->[$i], tok => $toks[$i] + 0,
+				kind => $kind, start => $start + 0, ret => $ret + 0, server => $a{server},
+				pid => $pid + 0, w => $w // 0, d => $r->{d}, set => $sid, set_res => $rs);
+			$open{$id} = $rs->[$i];
+			push @ids, $id;
+		}
+		# the set as its holder sees it: every resource's validity_ms,
+		# read in one scan of redlock_leases (one moment for all)
+		my $list = join(', ', map { "'$_'" } @$rs);
+		my $o = $q->("SELECT extract(epoch FROM clock_timestamp()), (SELECT string_agg(resource"
+			  . " || '=' || validity_ms, ',') FROM redlock_leases WHERE resource IN ($list))");
+		if ($o->{ok} && @ids && $open{ $ids[0] } && $o->{out} =~ /^([\d.]+)\|(.*)$/)
+		{
+			my ($t, $vs) = ($1, $2);
+			my %v = map { split /=/, $_, 2 } split /,/, $vs // '';
+			$emit->(ev => 'setobs', set => $sid, t => $t + 0, v => { map { $_ => $v{$_} + 0 } keys %v });
+			for my $id (@ids)
+			{
+				$emit->(ev => 'obs', lease => $id, t => $t + 0, v => $v{ $open{$id} } + 0)
+				  if defined $v{ $open{$id} };
+			}
+		}
+		return @ids;
 	};
 	# what the holder is told now: validity_ms of the lease
 	my $observe = sub {
@@ -323,10 +387,11 @@ sub run_session
 			my $asked = time;
 			my $r = $q->("SELECT v, extract(epoch FROM statement_timestamp()) FROM"
 				  . " (SELECT redlock_extend('$res', 2500) AS v OFFSET 0) s");
-			if ($r->{ok} && $open{$id})
+			# (an answer without its row, seen once as a crash-restart of
+			# the server took the connection, tells nothing)
+			if ($r->{ok} && $open{$id} && $r->{out} =~ /^(\d+)\|([\d.]+)$/)
 			{
-				my ($v, $t) = split /\|/, $r->{out};
-				$emit->(ev => 'obs', lease => $id, t => $t + 0, v => $v + 0);
+				$emit->(ev => 'obs', lease => $id, t => $2 + 0, v => $1 + 0);
 			}
 			else
 			{
@@ -392,6 +457,64 @@ sub run_session
 			$observe->($id);
 			$release->("SELECT redlock_unlock('$res2')", undef, $id2) if $id2;
 			$release->("SELECT redlock_unlock('$res')", undef, $id);
+		}
+		elsif ($kind =~ /^multi/)
+		{
+			# several resources at once, all or none: 2 or 3 of them in
+			# an order of their own (sessions ask for overlapping sets in
+			# different orders), beside the one-resource leases of the
+			# others; each row written with its resource's token
+			my @pool = map { "hot:$_" } 1 .. $a{resources};
+			my @rs;
+			push @rs, splice(@pool, int(rand(@pool)), 1) while @pool && @rs < 2 + int(rand(2));
+			my $arr = 'ARRAY[' . join(', ', map { "'$_'" } @rs) . ']';
+			my $xact = $kind eq 'multi-xact';
+			if ($xact)
+			{
+				my $r = $q->('BEGIN');
+				next unless $r->{ok};
+			}
+			my @ids = $kind eq 'multi-try'
+			  ? $grant_set->(\@rs, "redlock_try_lock($arr, 2500)", $kind)
+			  : $grant_set->(\@rs, ($xact ? 'redlock_xact_lock' : 'redlock_lock')
+				  . "($arr, 2500, wait_ms => $wait)", $kind, $wait);
+			if (!@ids)
+			{
+				$q->('ROLLBACK') if $xact;
+				next;
+			}
+			my ($ok, $aborted_at) = (1, undef);
+			for my $id (@ids)
+			{
+				next unless $open{$id};
+				($ok, $aborted_at) = $write->($id, $open{$id});
+				last if $xact && !$ok;
+			}
+			if ($ok)
+			{
+				$nap->($hold);
+				$observe->($_) for @ids;
+			}
+			if ($xact)
+			{
+				$release->($ok ? 'COMMIT' : 'ROLLBACK', $ok ? undef : $aborted_at, @ids);
+			}
+			elsif (int(rand(3)))
+			{
+				# the set together, in another order
+				my @back = reverse @rs;
+				$release->('SELECT redlock_unlock(ARRAY[' . join(', ', map { "'$_'" } @back) . '])',
+					undef, @ids);
+			}
+			else
+			{
+				# one resource at a time
+				my %id_of = map { ($open{$_} // '') => $_ } @ids;
+				for my $res (@rs)
+				{
+					$release->("SELECT redlock_unlock('$res')", undef, $id_of{$res} // ());
+				}
+			}
 		}
 		$nap->(rand(0.1));
 	}

@@ -48,6 +48,16 @@ sub read_history
 # and counted at once.  Under a quarantine (quarantine: its seconds) a wipe
 # excuses nothing.
 #
+# Several resources at once: a set's grant (grant events with the same
+# set id) is one lease per resource, each an interval of its own in the
+# overlap and token checks above, against every other holder's lease of
+# that resource, of one resource or of a set.  And it holds all its
+# resources or none: a grant for each resource it asked for (set_res),
+# each with its token, none for another, all with the same start, ret,
+# server and pid (one call), and what its holder read of it right after
+# (setobs) names every resource with one validity.  A set that breaks
+# any of this is reported (multi_bad, with why).
+#
 # Tokens: a grant whose call returned before another's began has the
 # smaller token (the order of grants in real time).
 #
@@ -64,7 +74,7 @@ our $SLACK_S = 2;
 sub check
 {
 	my (%h) = @_;
-	my (%lease, @leases, @slow, %longest, %beyond);
+	my (%lease, @leases, @slow, %longest, %beyond, %sets);
 	my %term;
 	for my $f (@{ $h{faults} })
 	{
@@ -89,6 +99,16 @@ sub check
 			push @leases, $l;
 			$rep{grants}++;
 			$rep{kinds}{ $e->{kind} }++;
+			if (defined $e->{set})
+			{
+				my $set = $sets{ $e->{set} } //= { set => $e->{set}, kind => $e->{kind},
+					res => $e->{set_res}, grants => [] };
+				push @{ $set->{grants} }, $l;
+			}
+		}
+		elsif ($ev eq 'setobs')
+		{
+			$sets{ $e->{set} }{setobs} //= $e;
 		}
 		elsif ($ev eq 'obs')
 		{
@@ -157,9 +177,18 @@ sub check
 	my %by_res;
 	push @{ $by_res{ $_->{res} } }, $_ for @leases;
 	my (@overlaps, @overlaps_clock, @overlaps_wipe, @token_order);
+	my $met = 0;
 	for my $res (sort keys %by_res)
 	{
 		my @ls = sort { $a->{ret} <=> $b->{ret} } @{ $by_res{$res} };
+		# a set's resource next to another holder's lease of it, in grant
+		# order: how often the sets met the others
+		for my $i (1 .. $#ls)
+		{
+			my ($p, $n) = @ls[ $i - 1, $i ];
+			$met++ if ($p->{set} || $n->{set})
+			  && !($p->{server} eq $n->{server} && $p->{pid} == $n->{pid});
+		}
 		# overlaps: a sweep over the leases in grant order
 		my @active;
 		for my $b (@ls)
@@ -171,7 +200,8 @@ sub check
 				next unless $b->{to} > $b->{ret};    # an empty interval
 				my $o = { res => $res, first => $a->{lease}, second => $b->{lease},
 					from => $b->{ret}, to => ($a->{to} < $b->{to} ? $a->{to} : $b->{to}),
-					tokens => "$a->{tok} $b->{tok}" };
+					tokens => "$a->{tok} $b->{tok}",
+					multi => ($a->{set} || $b->{set}) ? 1 : 0 };
 				if ($between->($a->{start}, $b->{ret}, @jumps)) { push @overlaps_clock, $o }
 				elsif ($between->($a->{start}, $b->{ret}, @wipes)) { push @overlaps_wipe, $o }
 				else { push @overlaps, $o }
@@ -200,6 +230,53 @@ sub check
 		}
 	}
 
+	# sets: all their resources or none
+	my @multi_bad;
+	my %multi = (sets => 0, resources => 0, observed => 0);
+	for my $id (sort keys %sets)
+	{
+		my $set = $sets{$id};
+		my @why;
+		my @want = @{ $set->{res} // [] };
+		my @g = @{ $set->{grants} };
+		if (!@g)
+		{
+			push @why, 'a validity read of a set with no grant';
+		}
+		else
+		{
+			$multi{sets}++;
+			$multi{kinds}{ $set->{kind} }++;
+			$multi{resources} += @g;
+			my %got;
+			$got{ $_->{res} }++ for @g;
+			push @why, "no grant of $_" for grep { !$got{$_} } @want;
+			my %asked = map { $_ => 1 } @want;
+			push @why, "a grant of $_, not asked for" for grep { !$asked{$_} } sort keys %got;
+			push @why, "$_ granted twice" for grep { $got{$_} > 1 } sort keys %got;
+			push @why, "no token for $_->{res}"
+			  for grep { !defined $_->{tok} || $_->{tok} !~ /^\d+$/ || $_->{tok} <= 0 } @g;
+			for my $f (qw(start ret server pid))
+			{
+				my %v = map { ($_->{$f} // '') => 1 } @g;
+				push @why, "$f differs between its resources" if keys %v > 1;
+			}
+		}
+		if (my $o = $set->{setobs})
+		{
+			$multi{observed}++;
+			my %v = %{ $o->{v} };
+			push @why, "$_ not held right after its grant" for grep { !exists $v{$_} } @want;
+			my %vals = map { $v{$_} => 1 } grep { exists $v{$_} } @want;
+			push @why, 'validity differs between its resources ('
+			  . join(' ', map { "$_=$v{$_}" } grep { exists $v{$_} } @want) . ')'
+			  if keys %vals > 1;
+		}
+		push @multi_bad, { set => $id, kind => $set->{kind}, why => join('; ', @why),
+			res => join(',', @want) }
+		  if @why;
+	}
+
 	my (@fence, %prev);
 	for my $a (@{ $h{audit} })
 	{
@@ -216,6 +293,9 @@ sub check
 	$rep{overlaps_wipe} = \@overlaps_wipe;
 	$rep{token_order} = \@token_order;
 	$rep{fence} = \@fence;
+	$multi{met} = $met;
+	$rep{multi} = \%multi;
+	$rep{multi_bad} = \@multi_bad;
 	$rep{observed} = scalar grep { $_->{obs} } @leases;
 	$rep{slow} = \@slow;
 	$rep{longest} = \%longest;

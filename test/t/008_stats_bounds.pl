@@ -221,6 +221,7 @@ $pg->safe_psql('fresh', 'CREATE EXTENSION redlock');
 is($pg->safe_psql('fresh', $grants), <<'EXPECTED' =~ s/\n\z//r,
 function redlock_dispatcher(): PUBLIC EXECUTE
 function redlock_extend(text,integer): redlock_user EXECUTE
+function redlock_extend(text[],integer): redlock_user EXECUTE
 function redlock_fence(): PUBLIC EXECUTE
 function redlock_holder(text): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_leases(): PUBLIC EXECUTE

@@ -4,8 +4,11 @@
 # leases, session leases, try_lock, leases extended with redlock_extend,
 # keep-alive leases held past their TTL, waits with wait_ms (so that local
 # wake-ups and handoffs across the servers happen), a second lease of the
-# same session meanwhile, holders that stall past their TTL, and a fenced
-# write with the token while holding (test/perl/FeatureSoak.pm).
+# same session meanwhile, holders that stall past their TTL, sets of 2 or 3
+# of the resources at once (redlock_lock, redlock_try_lock and
+# redlock_xact_lock over text[], each set in an order of its own, released
+# together or one by one), and a fenced write with the token while holding
+# (test/perl/FeatureSoak.pm).
 #
 # Meanwhile a nemesis, at random from a seed, with at most two nodes out at
 # once (a node in its restart quarantine counts as out): stops one or two
@@ -59,13 +62,19 @@
 # jump, Redlock's known limit, and across a wipe without the quarantine
 # are counted apart; a lease whose connection was lost, as in a
 # crash-restart, ends no earlier than its validity), tokens increase in
-# the order of the grants, every fenced row accepted only increasing
+# the order of the grants (each resource of a set is a lease of its own
+# here, against every other holder's, of one resource or of a set), every
+# set held all its resources or none (a grant with its token for each, one
+# grant time, and one validity for all as its holder read them right
+# after), every fenced row accepted only increasing
 # tokens (an audit trigger logs every accepted update), no statement runs
 # longer than its wait_ms + 2 s (it reports each server's longest lock
 # call), and both servers lease again within 2 s of the end of the faults
 # (the network healed; beyond a quarantine still running, if a majority
 # of the nodes is in one).  It first proves on a constructed history that
-# it reports each kind of violation.
+# it reports each kind of violation, and at the end on the run's own
+# history broken twice: a set's grant of one resource dropped, and another
+# holder's grant moved into a set's lease.
 #
 # SOAK_SECONDS (default 60): how long the faults go on, the control phase
 # (SOAK_CONTROL_SECONDS, default 10) included; SOAK_SEED (printed) replays
@@ -185,7 +194,51 @@ note "history in $histdir (kept when a check fails, or when named by SOAK_HISTOR
 			server => 'east', w => 4000, d => 5.9 },
 		{ ev => 'stmt', server => 'east', what => 'redlock_lock', w => 4000, d => 5.9, t => 801.0 },
 		{ ev => 'stmt', server => 'west', what => 'COMMIT', w => 0, d => 2.1, t => 802.0 },
-		{ ev => 'stmt', server => 'west', what => 'redlock_xact_lock', w => 300, d => 2.2, t => 803.0 });
+		{ ev => 'stmt', server => 'west', what => 'redlock_xact_lock', w => 300, d => 2.2, t => 803.0 },
+		# sets of several resources: S1 (q1, q2) is granted at 900.1 and
+		# released at 900.5; west 2 is granted q2 alone at 900.3, an
+		# overlap with the set's q2
+		(map {
+			({ ev => 'grant', lease => "s1$_", res => "q$_", tok => 200, kind => 'multi',
+				start => 900.0, ret => 900.1, server => 'east', pid => 7, set => 'S1',
+				set_res => [ 'q2', 'q1' ] },
+			{ ev => 'obs', lease => "s1$_", t => 900.1, v => 2000 })
+		} 1, 2),
+		{ ev => 'setobs', set => 'S1', t => 900.1, v => { q1 => 2000, q2 => 2000 } },
+		(map { +{ ev => 'release', lease => "s1$_", t => 900.5 } } 1, 2),
+		{ ev => 'grant', lease => 'q2w', res => 'q2', tok => 205, kind => 'session',
+			start => 900.2, ret => 900.3, server => 'west', pid => 2 },
+		{ ev => 'obs', lease => 'q2w', t => 900.3, v => 2000 },
+		# S2 (q1, q3) after S1's release: all of it, no overlap
+		(map {
+			({ ev => 'grant', lease => "s2$_", res => "q$_", tok => 210, kind => 'multi-try',
+				start => 900.6, ret => 900.7, server => 'west', pid => 3, set => 'S2',
+				set_res => [ 'q1', 'q3' ] },
+			{ ev => 'obs', lease => "s2$_", t => 900.7, v => 1000 })
+		} 1, 3),
+		{ ev => 'setobs', set => 'S2', t => 900.7, v => { q1 => 1000, q3 => 1000 } },
+		# S3 asked for q4 and q5 and has a grant of q4 only
+		{ ev => 'grant', lease => 's34', res => 'q4', tok => 220, kind => 'multi',
+			start => 910.0, ret => 910.1, server => 'east', pid => 7, set => 'S3',
+			set_res => [ 'q4', 'q5' ] },
+		# S4: its grants of q6 and q7 returned at different times
+		(map {
+			+{ ev => 'grant', lease => "s4$_", res => "q$_", tok => 230, kind => 'multi-xact',
+				start => 911.0, ret => 911.0 + $_ / 100, server => 'east', pid => 7, set => 'S4',
+				set_res => [ 'q6', 'q7' ] }
+		} 6, 7),
+		# S5: granted whole, but its holder was told of q8 only, and S6
+		# of q8 and q9 with two validities
+		(map {
+			my $s = $_;
+			map {
+				+{ ev => 'grant', lease => "s$s$_", res => "q$_", tok => 240 + $s, kind => 'multi',
+					start => 912.0 + $s, ret => 912.1 + $s, server => 'east', pid => 7, set => "S$s",
+					set_res => [ 'q8', 'q9' ] }
+			} 8, 9
+		} 5, 6),
+		{ ev => 'setobs', set => 'S5', t => 917.1, v => { q8 => 2000 } },
+		{ ev => 'setobs', set => 'S6', t => 918.1, v => { q8 => 2000, q9 => 1999 } });
 	my @terminated = ({ kind => 'terminate', server => 'east', pid => 3, t => 400.5, t_end => 400.6 },
 		{ kind => 'terminate', server => 'east', pid => 4, t => 700.0, t_end => 700.1 });
 	my $r = FeatureSoakCheck::check(
@@ -193,8 +246,14 @@ note "history in $histdir (kept when a check fails, or when named by SOAK_HISTOR
 		faults => [ { kind => 'clock', t => 200.5 }, @terminated ],
 		audit => [ { row => 1, old => undef, new => 10 }, { row => 1, old => 10, new => 20 },
 			{ row => 1, old => 20, new => 15 }, { row => 2, old => 5, new => 5 } ]);
-	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}" } @{ $r->{overlaps} }), 't:o/p x:a/b',
-		'checker self-test: the overlaps of two holders are reported (a lost connection cuts no lease), and only they');
+	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}" } @{ $r->{overlaps} }), 'q2:s12/q2w t:o/p x:a/b',
+		'checker self-test: the overlaps of two holders are reported (a lost connection cuts no lease; a resource of a set is a lease of its own), and only they');
+	is(join(' ', map { "$_->{set}: $_->{why}" } @{ $r->{multi_bad} }),
+		'S3: no grant of q5 S4: ret differs between its resources S5: q9 not held right after its grant'
+		  . ' S6: validity differs between its resources (q8=2000 q9=1999)',
+		'checker self-test: a set granted in part, at two times, or told of in part or with two validities is reported');
+	is(join(' ', map { "$_:$r->{multi}{$_}" } qw(sets resources observed met)), 'sets:6 resources:11 observed:4 met:2',
+		'checker self-test: the sets are counted');
 	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}" } @{ $r->{overlaps_clock} }), 'y:c/d',
 		'checker self-test: an overlap across a clock jump is counted apart');
 	is(join(' ', map { "$_->{res}:$_->{earlier}/$_->{later}" } @{ $r->{token_order} }), 'z:e/f',
@@ -213,7 +272,7 @@ note "history in $histdir (kept when a check fails, or when named by SOAK_HISTOR
 		'checker self-test: an overlap across a wipe without the quarantine is counted apart');
 	my $r3 = FeatureSoakCheck::check(events => \@ev,
 		faults => [ { kind => 'wipe', t => 200.5, quarantine => 4 }, @terminated ], audit => []);
-	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}" } @{ $r3->{overlaps} }), 't:o/p x:a/b y:c/d',
+	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}" } @{ $r3->{overlaps} }), 'q2:s12/q2w t:o/p x:a/b y:c/d',
 		'checker self-test: an overlap across a wipe under the quarantine is an overlap');
 }
 
@@ -964,6 +1023,13 @@ $summary .= sprintf("  %-50s %d (%.0f per minute)\n", 'grants', $rep->{grants}, 
 $summary .= sprintf("  %-50s %d\n", 'grants in the control phase', $control_grants);
 $summary .= sprintf("  %-50s %d\n", "grants: $_", $rep->{kinds}{$_}) for sort keys %{ $rep->{kinds} };
 $summary .= sprintf("  %-50s %d\n", "refused: $_", $rep->{refused}{$_}) for sort keys %{ $rep->{refused} };
+my $multi = $rep->{multi};
+$summary .= sprintf("  %-50s %d (%d resources)\n", 'multi-resource grants checked (all or none)',
+	$multi->{sets}, $multi->{resources});
+$summary .= sprintf("  %-50s %d\n", "multi-resource grants: $_", $multi->{kinds}{$_})
+  for sort keys %{ $multi->{kinds} // {} };
+$summary .= sprintf("  %-50s %d\n", 'multi-resource grants whose validity was read', $multi->{observed});
+$summary .= sprintf("  %-50s %d\n", "a set's lease next to another holder's", $multi->{met});
 $summary .= sprintf("  %-50s %d\n", 'waits granted after a holder on this server', $waited{local} // 0);
 $summary .= sprintf("  %-50s %d\n", 'waits granted after a holder on the other', $waited{'other server'} // 0);
 $summary .= sprintf("  %-50s %d\n", 'keep-alive leases held past their TTL', $kept_alive);
@@ -991,6 +1057,8 @@ for my $s ('east', 'west')
 $summary .= sprintf("  %-50s %d\n", 'STATEMENTS over their wait_ms + 2 s', scalar @{ $rep->{slow} });
 $summary .= sprintf("  %-50s %.1f s\n", 'node clock ahead after the jumps', $max_skew) if $max_skew;
 $summary .= sprintf("  %-50s %d\n", 'OVERLAPS of two holders', scalar @{ $rep->{overlaps} });
+$summary .= sprintf("  %-50s %d\n", 'of which on a resource of a set', scalar grep { $_->{multi} } @{ $rep->{overlaps} });
+$summary .= sprintf("  %-50s %d\n", 'MULTI: sets not held whole (all or none)', scalar @{ $rep->{multi_bad} });
 $summary .= sprintf("  %-50s %d\n", 'overlaps after a clock jump (known limit)', scalar @{ $rep->{overlaps_clock} });
 $summary .= sprintf("  %-50s %d\n", 'TOKENS out of grant order', scalar @{ $rep->{token_order} });
 $summary .= sprintf("  %-50s %d\n", 'FENCE: stale tokens accepted', scalar @{ $rep->{fence} });
@@ -1037,6 +1105,7 @@ diag join('', map {
 	sprintf("fault at %.3f: %s %s\n", $_->{t} - $t0, $_->{label}, fault_place($_))
 } @faults)
   if @{ $rep->{overlaps} } || @{ $rep->{overlaps_clock} } || @{ $rep->{token_order} } || @{ $rep->{fence} };
+diag "set $_->{set} ($_->{kind}, $_->{res}) not held whole: $_->{why}" for @{ $rep->{multi_bad} };
 diag "token order: $_->{res}: $_->{earlier} ($_->{earlier_tok}) before $_->{later} ($_->{later_tok})"
   for @{ $rep->{token_order} };
 diag "fence: row $_->{row} accepted $_->{new} after $_->{old} ($_->{writer})" for @{ $rep->{fence} };
@@ -1047,6 +1116,45 @@ cmp_ok($rep->{grants}, '>', 30, 'the sessions were granted leases');
 for my $k (qw(xact session extend keepalive pause nested nested-inner))
 {
 	cmp_ok($rep->{kinds}{$k} // 0, '>', 0, "leases of kind $k were granted");
+}
+for my $k (qw(multi multi-xact))
+{
+	cmp_ok($multi->{kinds}{$k} // 0, '>', 0, "sets of several resources of kind $k were granted");
+}
+cmp_ok($multi->{observed}, '>', $multi->{sets} * 0.8, 'most sets were read by their holders right after their grant');
+cmp_ok($multi->{met}, '>', 0, "sets' leases came next to other holders' leases of their resources");
+# the checker on this run's own history, broken: one resource of a set
+# dropped (all or none), and another holder's grant moved into a set's
+# lease of that resource (an overlap)
+{
+	my ($drop) = grep { $_->{ev} eq 'grant' && defined $_->{set} && @{ $_->{set_res} } > 1 } @$history;
+	my @mut = grep { $_ != $drop } @$history;
+	my $m = FeatureSoakCheck::check(events => \@mut, faults => \@faults, audit => []);
+	is(join(' ', map { "$_->{set}: $_->{why}" } @{ $m->{multi_bad} }), "$drop->{set}: no grant of $drop->{res}",
+		"the checker finds this run's set $drop->{set} held in part once its grant of $drop->{res} is dropped");
+	# a set's lease, and a later lease of its resource by another holder
+	# (both of some length), that one moved to begin inside the first
+	my ($in, $later);
+	for my $l (grep { defined $_->{set} && $_->{to} - $_->{ret} > 0.05 } @{ $rep->{leases} })
+	{
+		($later) = grep {
+			$_->{res} eq $l->{res} && $_->{ret} > $l->{to} && $_->{to} - $_->{ret} > 0.05
+			  && !($_->{server} eq $l->{server} && $_->{pid} == $l->{pid})
+		} @{ $rep->{leases} };
+		$in = $l, last if $later;
+	}
+	ok($in, "a set's lease was followed by another holder's lease of its resource");
+	if ($in)
+	{
+		my ($other) = grep { $_->{ev} eq 'grant' && $_->{lease} eq $later->{lease} } @$history;
+		my %moved = (%$other, start => $in->{ret}, ret => $in->{ret} + 0.01);
+		my @mut2 = map { $_ == $other ? \%moved : $_ } @$history;
+		my $m2 = FeatureSoakCheck::check(events => \@mut2, faults => \@faults, audit => []);
+		ok((grep { $_->{first} eq $in->{lease} && $_->{second} eq $other->{lease} && $_->{multi} }
+			map { @{ $m2->{$_} } } qw(overlaps overlaps_clock overlaps_wipe)),
+			"the checker finds an overlap once another holder's grant of $in->{res} ($other->{lease})"
+			  . " is moved into set $in->{set}'s lease of it ($in->{lease})");
+	}
 }
 cmp_ok($rep->{observed}, '>', $rep->{grants} * 0.8, 'most leases were observed by their holders');
 cmp_ok($kept_alive, '>', 0, 'keep-alive leases were held past their TTL');
@@ -1066,6 +1174,7 @@ cmp_ok($quarantine_seen, '>', 0, 'the servers quarantined nodes that restarted i
 cmp_ok($max_skew, '>', 3, "libfaketime moved the node's clock forward") if defined $fake_node;
 is(scalar @{ $rep->{overlaps} }, 0,
 	'no two holders held a resource at once (outside clock jumps; wipes included, under the quarantine)');
+is(scalar @{ $rep->{multi_bad} }, 0, 'every set of several resources was held whole (all or none)');
 is(scalar @{ $rep->{token_order} }, 0, 'tokens increase in the order of the grants');
 is(scalar @{ $rep->{fence} }, 0, 'every fenced row accepted only increasing tokens');
 is(scalar @{ $rep->{slow} }, 0, 'no statement ran longer than its wait_ms + 2 s');
