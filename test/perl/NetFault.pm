@@ -10,7 +10,7 @@
 #   $net->heal_all;
 #
 # Each call returns once the helper has changed the rules (it dies when the
-# helper refuses or does not answer in 10 s).  Only loopback addresses other
+# helper refuses or does not answer in 30 s).  Only loopback addresses other
 # than 127.0.0.1 are accepted (the helper checks again): a node listening
 # there too (RedisNode's also_bind) is cut for the clients that use that
 # address, and never for the test's own redis-cli on 127.0.0.1.
@@ -56,7 +56,7 @@ sub command
 		local $SIG{PIPE} = 'IGNORE';
 		syswrite($self->{w}, "$id @words\n") or die "netfault: cannot write to the helper: $!";
 	}
-	my $until = time + 10;
+	my $until = time + 30;
 	while (time < $until)
 	{
 		my $got = sysread($self->{r}, my $chunk, 4096);
@@ -70,7 +70,17 @@ sub command
 		}
 		usleep(2_000);
 	}
-	die "netfault: no answer to '@words' in 10 s";
+	# what there is to tell of the helper, for whoever reads the failure
+	my $dir = $ENV{REDLOCK_NETFAULT} // '';
+	my $tail = '';
+	if (open my $fh, '<', "$dir/netfault.log")
+	{
+		my @l = <$fh>;
+		$tail = join '', @l[ ($#l > 4 ? $#l - 4 : 0) .. $#l ];
+	}
+	die "netfault: no answer to '$id @words' in 30 s (its FIFO "
+	  . (-p "$dir/netfault.fifo" ? 'is there' : 'is gone: the helper exited')
+	  . "); the helper's last lines:\n$tail";
 }
 
 sub cut { my ($self, $addr, $port) = @_; return $self->command('cut', $addr, $port); }
