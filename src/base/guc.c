@@ -47,7 +47,6 @@ int			rl_stats_max_databases = 256;
 int			rl_stats_max_tables = 4096;
 int			rl_shared_connections = RL_SHARED_AUTO;
 int			rl_debug_complete_delay_ms = 0;
-int			rl_debug_dispatch_delay_ms = 0;
 
 static char *rl_nodes_setting = NULL;
 
@@ -580,13 +579,6 @@ rl_define_gucs(void)
 	DefineCustomIntVariable("redlock.debug_complete_delay",
 							"For tests: the dispatcher worker sleeps this long between publishing what its connections still owe and handing a decided round back.",
 							NULL, &rl_debug_complete_delay_ms, 0, 0, 10000,
-							PGC_SIGHUP,
-							GUC_UNIT_MS | GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("redlock.debug_dispatch_delay",
-							"For tests: the dispatcher worker sleeps this long between queueing a batch of rounds on its connections and writing them.",
-							NULL, &rl_debug_dispatch_delay_ms, 0, 0, 10000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS | GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							NULL, NULL, NULL);

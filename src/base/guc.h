@@ -33,7 +33,6 @@ extern int	rl_stats_max_tables;
 extern int	rl_shared_connections;	/* RlSharedMode */
 extern int	rl_local_handoffs;	/* guc_wait.c */
 extern int	rl_debug_complete_delay_ms; /* tests only (dispatcher.c) */
-extern int	rl_debug_dispatch_delay_ms; /* tests only (node_batch.c) */
 
 /* redlock.shared_connections: when rounds go to the dispatcher worker */
 typedef enum RlSharedMode

@@ -32,6 +32,7 @@ char	   *rl_tls_key_file = NULL;
 int			rl_max_connections_per_node = 16;
 int			rl_idle_connection_timeout_ms = 10000;
 int			rl_debug_owed_limit = 0;
+int			rl_debug_dispatch_delay_ms = 0;
 
 /*
  * A setting that decides how the nodes are reached was assigned: a new
@@ -243,6 +244,13 @@ rl_define_net_gucs(void)
 							NULL, &rl_debug_owed_limit, 0, 0, 1024,
 							PGC_SIGHUP,
 							GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redlock.debug_dispatch_delay",
+							"For tests: the dispatcher worker sleeps this long between queueing a batch of rounds on its connections and writing them.",
+							NULL, &rl_debug_dispatch_delay_ms, 0, 0, 10000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS | GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("redlock.dns_servers",

@@ -28,6 +28,7 @@ extern char *rl_dns_servers;
 extern int	rl_max_connections_per_node;
 extern int	rl_idle_connection_timeout_ms;
 extern int	rl_debug_owed_limit;	/* tests only (net/node_internal.h) */
+extern int	rl_debug_dispatch_delay_ms; /* tests only (net/node_batch.c) */
 
 /* redlock.tls_mode: libpq's sslmode words */
 typedef enum RlTlsMode

@@ -508,41 +508,6 @@ run_own(RlRequest *req)
 }
 
 /*
- * Before the connections are closed (backend exit): let every node take
- * what we still owe it and answer what it owes us, until the deadline.
- * Closing a socket with replies unread sends a reset, which can make the
- * node drop commands it has received but not yet run.  Raises nothing.
- */
-void
-rl_nodes_drain(int64_t deadline_us)
-{
-	RlReady		ready[RL_MAX_READY];
-
-	for (;;)
-	{
-		bool		busy = false;
-		int64_t		now = rl_now_us();
-		int			nready;
-
-		for (int i = 0; i < rl_nnodes; i++)
-		{
-			RlNode	   *node = &rl_nodes[i];
-
-			if (node_connecting(node) ||
-				(node->state == RL_CONN_READY &&
-				 (node->owed_count > 0 || node->want_write)))
-				busy = true;
-		}
-		if (!busy || now >= deadline_us)
-			return;
-
-		nready = wait_in_poll(resolve_timeout_ms((long) ((deadline_us - now + 999) / 1000)),
-							  ready);
-		wait_handle_ready(NULL, ready, nready);
-	}
-}
-
-/*
  * Wait up to timeout_ms for pushes (pub/sub messages) on the open
  * connections, handing them to the push handler; returns early when the
  * latch is set.  Interrupts are served.
