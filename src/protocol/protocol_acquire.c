@@ -152,8 +152,6 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 				int64 proposal, int64_t start_us, bool handed,
 				RlGrant *grant, RlRequest *req)
 {
-	int64_t		counters[RL_MAX_NODES];
-	int			ncounters = 0;
 	int64		token;
 	RlAttempt	result;
 	bool		unset[RL_MAX_NODES] = {0};
@@ -180,53 +178,26 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 		goto failed;
 	}
 
-	for (int i = 0; i < req->nnodes; i++)
-		if (req->results[i].vote == RL_VOTE_YES)
-			counters[ncounters++] = req->results[i].counter;
-
-	if (!rl_choose_token(proposal, counters, ncounters, &token))
+	if (!rl_proto_token_of(req, proposal, &token))
 	{
-		RlRequest	wb;
 		const char *argv[7];
 		size_t		argvlen[7];
 		char		ckey[RL_KEY_MAX + 1];
 		char		token_buf[24];
 
-		if (token < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_REDLOCK_PROTOCOL),
-					 errmsg("fencing counter on the Redis nodes is exhausted")));
-
 		/* write the token back where we hold the lock */
 		rl_proto_lock_call(argv, argvlen, WRITEBACK_SCRIPT, sizeof(WRITEBACK_SCRIPT) - 1,
-				  key, keylen, resource, ckey, grant->owner);
+						   key, keylen, resource, ckey, grant->owner);
 		argv[6] = token_buf;
 		argvlen[6] = rl_format_counter(token, token_buf);
-		rl_proto_request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, 7, argv, argvlen);
-		for (int i = 0; i < req->nnodes; i++)
-			wb.skip[i] = (req->results[i].vote != RL_VOTE_YES);
-		rl_nodes_run(&wb);
-		if (wb.decision != RL_WON)
-		{
-			*req = wb;
-			result = (wb.decision == RL_CONTENDED) ? RL_ATTEMPT_EXPIRED
-				: RL_ATTEMPT_UNAVAILABLE;
+		result = rl_proto_writeback(req, 7, argv, argvlen);
+		if (result != RL_ATTEMPT_GRANTED)
 			goto failed;
-		}
 	}
 
-	if (rl_validity_us(ttl_ms, rl_now_us() - start_us, rl_drift_factor) <= 0)
-	{
-		result = RL_ATTEMPT_EXPIRED;
+	result = rl_proto_grant(grant, token, ttl_ms, start_us);
+	if (result != RL_ATTEMPT_GRANTED)
 		goto failed;
-	}
-
-	grant->token = token;
-	grant->valid_until_us = rl_valid_until_us(start_us, ttl_ms,
-											  rl_drift_factor);
-	grant->in_row = 0;			/* a handoff of this server's: its caller's */
-	if (token > rl_last_token)
-		rl_last_token = token;
 	rl_in_flight.active = false;
 	return RL_ATTEMPT_GRANTED;
 

@@ -170,6 +170,12 @@ extern RlAttempt rl_proto_settle(const char *resource, const char *key,
 								 int keylen, int ttl_ms, int64 proposal,
 								 int64_t start_us, bool handed,
 								 RlGrant *grant, RlRequest *req);
+extern bool rl_proto_token_of(const RlRequest *req, int64 proposal,
+							  int64 *token);
+extern RlAttempt rl_proto_writeback(RlRequest *req, int argc,
+									const char **argv, size_t *argvlen);
+extern RlAttempt rl_proto_grant(RlGrant *grant, int64 token, int ttl_ms,
+								int64_t start_us);
 extern void rl_proto_withdraw_attempt(const char *key, int keylen,
 									  const char *owner, const bool *skip,
 									  bool announce);

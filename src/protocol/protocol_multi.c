@@ -183,8 +183,6 @@ static RlAttempt
 settle(const RlMultiSet *set, int ttl_ms, int64 proposal, int64_t start_us,
 	   RlGrant *grant, RlRequest *req)
 {
-	int64_t		counters[RL_MAX_NODES];
-	int			ncounters = 0;
 	int64		token;
 	RlAttempt	result;
 	bool		unset[RL_MAX_NODES] = {0};
@@ -207,13 +205,8 @@ settle(const RlMultiSet *set, int ttl_ms, int64 proposal, int64_t start_us,
 		goto failed;
 	}
 
-	for (int i = 0; i < req->nnodes; i++)
-		if (req->results[i].vote == RL_VOTE_YES)
-			counters[ncounters++] = req->results[i].counter;
-
-	if (!rl_choose_token(proposal, counters, ncounters, &token))
+	if (!rl_proto_token_of(req, proposal, &token))
 	{
-		RlRequest	wb;
 		const char *argv[6 + 2 * RL_MAX_MULTI];
 		size_t		argvlen[6 + 2 * RL_MAX_MULTI];
 		char		ckeys[RL_MAX_MULTI][RL_KEY_MAX + 1];
@@ -221,11 +214,6 @@ settle(const RlMultiSet *set, int ttl_ms, int64 proposal, int64_t start_us,
 		char		n_buf[16];
 		char		token_buf[24];
 		int			argc;
-
-		if (token < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_REDLOCK_PROTOCOL),
-					 errmsg("fencing counter on the Redis nodes is exhausted")));
 
 		argc = multi_call(argv, argvlen, WRITEBACK_MULTI_SCRIPT,
 						  sizeof(WRITEBACK_MULTI_SCRIPT) - 1, set, numkeys,
@@ -236,34 +224,14 @@ settle(const RlMultiSet *set, int ttl_ms, int64 proposal, int64_t start_us,
 		argvlen[argc++] = snprintf(n_buf, sizeof(n_buf), "%d", set->n);
 		argv[argc] = token_buf;
 		argvlen[argc++] = rl_format_counter(token, token_buf);
-		rl_proto_request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, argc,
-							  argv, argvlen);
-		for (int i = 0; i < req->nnodes; i++)
-			wb.skip[i] = (req->results[i].vote != RL_VOTE_YES);
-		rl_nodes_run(&wb);
-		wb.argv = NULL;
-		wb.argvlen = NULL;
-		if (wb.decision != RL_WON)
-		{
-			*req = wb;
-			result = (wb.decision == RL_CONTENDED) ? RL_ATTEMPT_EXPIRED
-				: RL_ATTEMPT_UNAVAILABLE;
+		result = rl_proto_writeback(req, argc, argv, argvlen);
+		if (result != RL_ATTEMPT_GRANTED)
 			goto failed;
-		}
 	}
 
-	if (rl_validity_us(ttl_ms, rl_now_us() - start_us, rl_drift_factor) <= 0)
-	{
-		result = RL_ATTEMPT_EXPIRED;
+	result = rl_proto_grant(grant, token, ttl_ms, start_us);
+	if (result != RL_ATTEMPT_GRANTED)
 		goto failed;
-	}
-
-	grant->token = token;
-	grant->valid_until_us = rl_valid_until_us(start_us, ttl_ms,
-											  rl_drift_factor);
-	grant->in_row = 0;
-	if (token > rl_last_token)
-		rl_last_token = token;
 	rl_multi_in_flight.active = false;
 	return RL_ATTEMPT_GRANTED;
 

@@ -235,3 +235,71 @@ rl_proto_lock_call(const char **argv, size_t *argvlen, const char *script,
 	argv[5] = owner;
 	argvlen[5] = strlen(owner);
 }
+
+/*
+ * The token of a won round (req): true when its proposal stands; false when
+ * a greater one was chosen, which must be written back where we hold the
+ * lock (rl_proto_writeback).  Raises when the counters are exhausted.
+ */
+bool
+rl_proto_token_of(const RlRequest *req, int64 proposal, int64 *token)
+{
+	int64_t		counters[RL_MAX_NODES];
+	int			ncounters = 0;
+
+	for (int i = 0; i < req->nnodes; i++)
+		if (req->results[i].vote == RL_VOTE_YES)
+			counters[ncounters++] = req->results[i].counter;
+	if (rl_choose_token(proposal, counters, ncounters, token))
+		return true;
+	if (*token < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_REDLOCK_PROTOCOL),
+				 errmsg("fencing counter on the Redis nodes is exhausted")));
+	return false;
+}
+
+/*
+ * The write-back of a chosen token (argv: its script and arguments), on
+ * the nodes that granted req.  Granted when a majority took it; otherwise
+ * expired (a lock no longer ours) or unavailable, and *req describes the
+ * write-back's nodes.
+ */
+RlAttempt
+rl_proto_writeback(RlRequest *req, int argc, const char **argv,
+				   size_t *argvlen)
+{
+	RlRequest	wb;
+
+	rl_proto_request_init(&wb, RL_REPLY_FLAG, RL_GOAL_QUORUM, argc, argv,
+						  argvlen);
+	for (int i = 0; i < req->nnodes; i++)
+		wb.skip[i] = (req->results[i].vote != RL_VOTE_YES);
+	rl_nodes_run(&wb);
+	wb.argv = NULL;				/* the caller's arrays, gone on return */
+	wb.argvlen = NULL;
+	if (wb.decision == RL_WON)
+		return RL_ATTEMPT_GRANTED;
+	*req = wb;
+	return (wb.decision == RL_CONTENDED) ? RL_ATTEMPT_EXPIRED
+		: RL_ATTEMPT_UNAVAILABLE;
+}
+
+/*
+ * A won round's grant, started at start_us: expired when its validity ran
+ * out meanwhile; otherwise grant gets the token and the end of its
+ * validity, and the token is remembered as the greatest seen.
+ */
+RlAttempt
+rl_proto_grant(RlGrant *grant, int64 token, int ttl_ms, int64_t start_us)
+{
+	if (rl_validity_us(ttl_ms, rl_now_us() - start_us, rl_drift_factor) <= 0)
+		return RL_ATTEMPT_EXPIRED;
+	grant->token = token;
+	grant->valid_until_us = rl_valid_until_us(start_us, ttl_ms,
+											  rl_drift_factor);
+	grant->in_row = 0;			/* a handoff of this server's: its caller's */
+	if (token > rl_last_token)
+		rl_last_token = token;
+	return RL_ATTEMPT_GRANTED;
+}
