@@ -29,6 +29,7 @@ OBJS = \
 	src/protocol/protocol_handoff.o \
 	src/protocol/protocol_release.o \
 	src/protocol/protocol_multi.o \
+	src/protocol/protocol_shared.o \
 	src/shared/lock_table_index.o \
 	src/shared/lock_table.o \
 	src/shared/lock_table_keep.o \
@@ -52,9 +53,11 @@ OBJS = \
 	src/lease/lease_acquire.o \
 	src/lease/lease_multi.o \
 	src/lease/lease_multi_wait.o \
+	src/lease/lease_shared.o \
 	src/sql/module.o \
 	src/sql/lease_sql.o \
 	src/sql/lease_multi_sql.o \
+	src/sql/lease_shared_sql.o \
 	src/sql/locks_view.o \
 	src/sql/nodes_view.o \
 	src/sql/health.o \
@@ -79,11 +82,11 @@ PG_CPPFLAGS = -I$(srcdir)/src $(HIREDIS_CFLAGS)
 SHLIB_LINK = $(HIREDIS_LIBS) -lcares -lssl -lcrypto
 
 # pg_regress suites: sql/ and expected/
-REGRESS = lease_api fence fence_resource operations multi
+REGRESS = lease_api fence fence_resource operations multi shared
 REGRESS_OPTS = --inputdir=. --load-extension=redlock
 
 # isolation specs: test/specs and test/expected
-ISOLATION = lease_contention lease_wakeup lease_wait_cancel lease_multi fence_rc fence_rr fence_ser fence_pause
+ISOLATION = lease_contention lease_wakeup lease_wait_cancel lease_multi lease_shared fence_rc fence_rr fence_ser fence_pause
 ISOLATION_OPTS = --inputdir=test --outputdir=output_iso --load-extension=redlock
 
 EXTRA_CLEAN = output_iso test/unit/test_quorum

@@ -3,7 +3,7 @@
 
 -- Objects of 1.1 that this update replaces (their column lists grow): a
 -- user object that depends on one of them, such as a view over
--- redlock_nodes, redlock_locks or redlock_dispatcher, would make the DROP
+-- redlock_nodes, redlock_locks, redlock_leases or redlock_dispatcher, would make the DROP
 -- fail with a hint to use CASCADE.  Say instead what blocks the update and how to proceed, as
 -- 1.0 -> 1.1 does.
 DO $$
@@ -24,11 +24,14 @@ BEGIN
              AND d.refobjid IN ('redlock_nodes()'::pg_catalog.regprocedure,
                                 'redlock_stats_nodes()'::pg_catalog.regprocedure,
                                 'redlock_locks()'::pg_catalog.regprocedure,
+                                'redlock_leases()'::pg_catalog.regprocedure,
+                                'redlock_holder(text)'::pg_catalog.regprocedure,
                                 'redlock_dispatcher()'::pg_catalog.regprocedure))
             OR (d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
                 AND d.refobjid IN ('redlock_nodes'::pg_catalog.regclass,
                                    'redlock_stats_nodes'::pg_catalog.regclass,
                                    'redlock_locks'::pg_catalog.regclass,
+                                   'redlock_leases'::pg_catalog.regclass,
                                    'redlock_dispatcher'::pg_catalog.regclass)))
        -- the extension's own objects (the views' rules) do not count
        AND NOT EXISTS (
@@ -43,7 +46,7 @@ BEGIN
     IF blockers IS NOT NULL THEN
         RAISE EXCEPTION 'cannot update extension redlock to version 1.2 while other objects depend on objects it replaces'
             USING ERRCODE = 'dependent_objects_still_exist',
-                  DETAIL = 'Version 1.2 replaces redlock_nodes(), redlock_stats_nodes(), redlock_locks() and redlock_dispatcher() and their views; these depend on them: ' || blockers || '.',
+                  DETAIL = 'Version 1.2 replaces redlock_nodes(), redlock_stats_nodes(), redlock_locks(), redlock_leases() and redlock_dispatcher() and their views, and redlock_holder(text); these depend on them: ' || blockers || '.',
                   HINT = 'Save the definitions of those objects, drop them, run ALTER EXTENSION redlock UPDATE, and create them again: the columns they use are unchanged.';
     END IF;
 END
@@ -61,7 +64,8 @@ CREATE TEMPORARY TABLE redlock_acl_1_1 ON COMMIT DROP AS
            coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner)) AS acl,
            p.proowner AS owner, i.initprivs
       FROM (VALUES ('redlock_nodes()'), ('redlock_stats_nodes()'),
-                   ('redlock_locks()'), ('redlock_dispatcher()')) AS v(name)
+                   ('redlock_locks()'), ('redlock_leases()'), ('redlock_holder(text)'),
+                   ('redlock_dispatcher()')) AS v(name)
       JOIN pg_catalog.pg_proc p ON p.oid = v.name::pg_catalog.regprocedure
       LEFT JOIN pg_catalog.pg_init_privs i
              ON i.objoid = p.oid AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
@@ -69,7 +73,7 @@ CREATE TEMPORARY TABLE redlock_acl_1_1 ON COMMIT DROP AS
     SELECT 'TABLE', 'pg_catalog.pg_class'::pg_catalog.regclass, v.name, NULL,
            coalesce(c.relacl, pg_catalog.acldefault('r', c.relowner)), c.relowner, i.initprivs
       FROM (VALUES ('redlock_nodes'), ('redlock_stats_nodes'),
-                   ('redlock_locks'), ('redlock_dispatcher')) AS v(name)
+                   ('redlock_locks'), ('redlock_leases'), ('redlock_dispatcher')) AS v(name)
       JOIN pg_catalog.pg_class c ON c.oid = v.name::pg_catalog.regclass
       LEFT JOIN pg_catalog.pg_init_privs i
              ON i.objoid = c.oid AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
@@ -78,7 +82,7 @@ CREATE TEMPORARY TABLE redlock_acl_1_1 ON COMMIT DROP AS
     SELECT 'COLUMN', 'pg_catalog.pg_class'::pg_catalog.regclass, v.name, a.attname,
            a.attacl, c.relowner, i.initprivs
       FROM (VALUES ('redlock_nodes'), ('redlock_stats_nodes'),
-                   ('redlock_locks'), ('redlock_dispatcher')) AS v(name)
+                   ('redlock_locks'), ('redlock_leases'), ('redlock_dispatcher')) AS v(name)
       JOIN pg_catalog.pg_class c ON c.oid = v.name::pg_catalog.regclass
       JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
       LEFT JOIN pg_catalog.pg_init_privs i
@@ -172,13 +176,14 @@ CREATE FUNCTION redlock_locks(
     OUT key text,
     OUT limit_reached boolean,
     OUT place integer,
-    OUT node_list text)
+    OUT node_list text,
+    OUT mode text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redlock_locks'
 LANGUAGE C VOLATILE PARALLEL SAFE;
 CREATE VIEW redlock_locks AS
     SELECT l.pid, l.datid, d.datname, l.usesysid, r.rolname AS usename,
-           l.resource, l.key, l.node_list, l.granted, l.token, l.scope, l.waitstart,
+           l.resource, l.key, l.node_list, l.mode, l.granted, l.token, l.scope, l.waitstart,
            l.place, l.granted_at, l.valid_until, l.keep_alive, l.lost,
            l.limit_reached
       FROM redlock_locks() l
@@ -187,6 +192,100 @@ CREATE VIEW redlock_locks AS
 REVOKE ALL ON FUNCTION redlock_locks() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redlock_locks() TO redlock_user, pg_monitor;
 GRANT SELECT ON redlock_locks TO redlock_user, pg_monitor;
+
+-- Shared leases (redlock_lock_shared() and the others below): a lease is
+-- 'exclusive' or 'shared', in a new column mode of redlock_leases,
+-- redlock_locks (above) and redlock_holder(), which shows a row for each
+-- reader of a resource held shared.
+DROP VIEW redlock_leases;
+DROP FUNCTION redlock_leases();
+CREATE FUNCTION redlock_leases(
+    OUT resource text,
+    OUT token bigint,
+    OUT scope text,
+    OUT holds integer,
+    OUT validity_ms integer,
+    OUT keep_alive boolean,
+    OUT lost boolean,
+    OUT limit_reached boolean,
+    OUT mode text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redlock_leases'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+CREATE VIEW redlock_leases AS
+    SELECT * FROM redlock_leases();
+GRANT SELECT ON redlock_leases TO PUBLIC;
+
+DROP FUNCTION redlock_holder(text);
+CREATE FUNCTION redlock_holder(
+    resource text,
+    OUT node text,
+    OUT system_identifier bigint,
+    OUT datid oid,
+    OUT pid integer,
+    OUT remaining_ms integer,
+    OUT this_server boolean,
+    OUT key text,
+    OUT server_started timestamptz,
+    OUT mode text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redlock_holder'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION redlock_holder(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redlock_holder(text) TO redlock_user, pg_monitor;
+
+-- Shared leases: the arguments of the exclusive forms.  Readers hold a
+-- resource together; an exclusive lease is granted only once no shared
+-- one is valid, and a shared one neither while an exclusive one is nor
+-- while an exclusive call waits in line on the nodes (writers are not
+-- starved by a stream of readers).  Each grant still gets a token above
+-- every earlier grant of the resource; the fence in 'held' mode refuses a
+-- shared lease's token (a reader does not write).
+CREATE FUNCTION redlock_lock_shared(resource text, ttl_ms integer DEFAULT 30000,
+                                    wait_ms integer DEFAULT NULL,
+                                    keep_alive boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redlock_lock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_xact_lock_shared(resource text, ttl_ms integer DEFAULT 30000,
+                                         wait_ms integer DEFAULT NULL,
+                                         keep_alive boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redlock_xact_lock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_try_lock_shared(resource text, ttl_ms integer DEFAULT 30000,
+                                        keep_alive boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redlock_try_lock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_try_xact_lock_shared(resource text, ttl_ms integer DEFAULT 30000,
+                                             keep_alive boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redlock_try_xact_lock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redlock_unlock_shared(resource text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redlock_unlock_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION
+    redlock_lock_shared(text, integer, integer, boolean),
+    redlock_xact_lock_shared(text, integer, integer, boolean),
+    redlock_try_lock_shared(text, integer, boolean),
+    redlock_try_xact_lock_shared(text, integer, boolean),
+    redlock_unlock_shared(text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    redlock_lock_shared(text, integer, integer, boolean),
+    redlock_xact_lock_shared(text, integer, integer, boolean),
+    redlock_try_lock_shared(text, integer, boolean),
+    redlock_try_xact_lock_shared(text, integer, boolean),
+    redlock_unlock_shared(text)
+    TO redlock_user;
 
 -- A server's connections to each node are bounded
 -- (redlock.max_connections_per_node): redlock_dispatcher shows how many

@@ -62,6 +62,96 @@ rl_warn_quarantine_short(int ttl_ms)
 }
 
 /*
+ * What every lock call checks first: keep_alive needs the keep-alive
+ * worker (55000 without redlock preloaded), the session's nodes are ready,
+ * and a TTL longer than the restart quarantine is warned of.
+ */
+void
+rl_lease_call_begin(int ttl_ms, bool keep_alive)
+{
+	if (keep_alive && !rl_lock_table_enabled())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("keep_alive needs redlock in shared_preload_libraries"),
+				 errdetail("Leases are kept alive by a background worker, which only runs when redlock is preloaded."),
+				 errhint("Add redlock to shared_preload_libraries and restart the server, or extend the lease with redlock_extend().")));
+	rl_session_nodes_ready();
+	if (keep_alive)
+		rl_lock_table_keep_alive_check();
+	rl_warn_quarantine_short(ttl_ms);
+}
+
+/*
+ * A lock call on a resource, in the given mode (55000 when the session
+ * holds it in the other, rl_registry_check_mode()): the lease re-entered
+ * when the session holds it, valid (one more hold), or NULL when the nodes
+ * must be asked.  An entry being released is forgotten (its release
+ * belongs to the node layer: never held again); our own expired lease,
+ * which may still sit on some nodes, is released ahead of the new attempt,
+ * on the same connections so that it is applied first, and stays in the
+ * registry with its holds, to be renewed.
+ */
+RlLease *
+rl_lease_reenter(const char *resource, bool shared, bool xact,
+				 bool keep_alive)
+{
+	RlLease    *lease = rl_registry_find(resource);
+
+	rl_registry_check_mode(lease, shared);
+	if (lease != NULL && lease->state == RL_LEASE_RELEASING)
+	{
+		rl_registry_forget(lease);
+		return NULL;
+	}
+	if (lease != NULL && rl_registry_valid_until(lease) > rl_now_us())
+	{
+		rl_registry_add_hold(lease, xact);
+		lease->keep_alive |= keep_alive;
+		rl_registry_holds_changed(lease);
+		return lease;
+	}
+	if (lease != NULL)
+	{
+		RlReleaseItem item = {lease->key, lease->keylen, lease->owner};
+		RlRequest	req;
+
+		/* from now on it can never count as valid again, holds aside */
+		rl_registry_expired(lease);
+		rl_proto_release(&item, 1, false, false, 0, NULL, &req);
+	}
+	return NULL;
+}
+
+/*
+ * A lease granted: entered in the registry (an expired one being renewed
+ * keeps its holds) with one more hold.  The caller then ends its acquire
+ * in the registry (rl_registry_end_acquire*), which records it in the lock
+ * table.
+ */
+RlLease *
+rl_lease_granted(const char *resource, const char *key, int keylen,
+				 const RlGrant *grant, int ttl_ms, bool shared, bool xact,
+				 bool keep_alive)
+{
+	RlLease    *lease = rl_registry_find(resource);
+
+	if (lease == NULL)
+		lease = rl_registry_enter(resource);
+	lease->state = RL_LEASE_HELD;
+	memcpy(lease->key, key, keylen + 1);
+	lease->keylen = keylen;
+	memcpy(lease->owner, grant->owner, RL_OWNER_LEN + 1);
+	lease->token = grant->token;
+	lease->in_row = grant->in_row;
+	lease->shared = shared;
+	lease->ttl_ms = ttl_ms;
+	lease->valid_until_us = grant->valid_until_us;
+	lease->keep_alive |= keep_alive;
+	rl_registry_add_hold(lease, xact);
+	return lease;
+}
+
+/*
  * Take (or re-enter) a lease on resource for ttl_ms, held for the
  * transaction (xact) or the session.  Returns the token, or -1 when
  * try_only and the resource is held elsewhere.  wait_ms: -1 for no limit
@@ -83,44 +173,10 @@ rl_lease_acquire(const char *resource, int ttl_ms, bool xact, bool try_only,
 	bool		announced = false;
 	RlWaiter	waiter;
 
-	if (keep_alive && !rl_lock_table_enabled())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("keep_alive needs redlock in shared_preload_libraries"),
-				 errdetail("Leases are kept alive by a background worker, which only runs when redlock is preloaded."),
-				 errhint("Add redlock to shared_preload_libraries and restart the server, or extend the lease with redlock_extend().")));
-	rl_session_nodes_ready();
-	if (keep_alive)
-		rl_lock_table_keep_alive_check();
-	rl_warn_quarantine_short(ttl_ms);
-
-	lease = rl_registry_find(resource);
-	if (lease != NULL && lease->state == RL_LEASE_RELEASING)
-	{
-		/* its release belongs to the node layer: never held again */
-		rl_registry_forget(lease);
-		lease = NULL;
-	}
-	if (lease != NULL && rl_registry_valid_until(lease) > rl_now_us())
-	{
-		rl_registry_add_hold(lease, xact);
-		lease->keep_alive |= keep_alive;
-		rl_registry_holds_changed(lease);
-		return lease->token;
-	}
-
-	/*
-	 * Our own expired lease may still sit on some nodes: release it ahead
-	 * of the new attempt, on the same connections, so it is applied first.
-	 */
+	rl_lease_call_begin(ttl_ms, keep_alive);
+	lease = rl_lease_reenter(resource, false, xact, keep_alive);
 	if (lease != NULL)
-	{
-		RlReleaseItem item = {lease->key, lease->keylen, lease->owner};
-
-		/* from now on it can never count as valid again, holds aside */
-		rl_registry_expired(lease);
-		rl_proto_release(&item, 1, false, false, 0, NULL, &req);
-	}
+		return lease->token;
 
 	keylen = rl_lock_key(key, resource);
 	started_us = rl_now_us();
@@ -206,20 +262,8 @@ rl_lease_acquire(const char *resource, int ttl_ms, bool xact, bool try_only,
 	rl_stats_count(RL_STAT_GRANTS);
 	rl_stats_acquire_latency(rl_now_us() - started_us);
 
-	/* an expired lease being renewed keeps its holds */
-	lease = rl_registry_find(resource);
-	if (lease == NULL)
-		lease = rl_registry_enter(resource);
-	lease->state = RL_LEASE_HELD;
-	memcpy(lease->key, key, keylen + 1);
-	lease->keylen = keylen;
-	memcpy(lease->owner, grant.owner, RL_OWNER_LEN + 1);
-	lease->token = grant.token;
-	lease->in_row = grant.in_row;
-	lease->ttl_ms = ttl_ms;
-	lease->valid_until_us = grant.valid_until_us;
-	lease->keep_alive |= keep_alive;
-	rl_registry_add_hold(lease, xact);
+	lease = rl_lease_granted(resource, key, keylen, &grant, ttl_ms, false,
+							 xact, keep_alive);
 	rl_registry_end_acquire(lease);
 	return lease->token;
 }

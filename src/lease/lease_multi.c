@@ -51,19 +51,25 @@ set_names(const RlMultiSet *set)
 }
 
 /*
- * Rounds on the nodes over the whole set (no resource of it held by this
- * session) until it is granted; false for a try-lock refused.
+ * Rounds on the nodes until granted; false for a try-lock refused.  Each
+ * round asks every node for the whole set at once (n distinct resources
+ * of which the session holds none, their keys filled in), all or none; or,
+ * shared, for a shared lease on the set's one resource (lease_shared.c).
+ * slots: the lock table rows of the set, entered here; the caller ends the
+ * acquire (rl_registry_end_acquire_multi) once granted.
  */
-static bool
-acquire_set(const RlMultiSet *set, int ttl_ms, bool try_only, int wait_ms,
-			RlGrant *grant, int *slots)
+bool
+rl_lease_acquire_rounds(const RlMultiSet *set, int ttl_ms, bool try_only,
+						int wait_ms, bool shared, RlGrant *grant, int *slots)
 {
 	RlMultiWaiter w;
 	RlRequest	req;
 	bool		asked = false;
 	char	   *names = set_names(set);
 
-	rl_registry_begin_acquire_multi(set->resources, set->keys, set->n, slots);
+	Assert(!shared || set->n == 1);
+	rl_registry_begin_acquire_multi(set->resources, set->keys, set->n, shared,
+									slots);
 	w.set = set;
 	w.names = names;
 	w.slots = slots;
@@ -73,6 +79,7 @@ acquire_set(const RlMultiSet *set, int ttl_ms, bool try_only, int wait_ms,
 	for (;;)
 	{
 		RlAttempt	r;
+		bool		mark = !try_only && wait_ms != 0 && slots[0] >= 0;
 
 		/* while a backend here holds one of them, the nodes would refuse */
 		if (!try_only && rl_multi_held_here(&w))
@@ -82,9 +89,12 @@ acquire_set(const RlMultiSet *set, int ttl_ms, bool try_only, int wait_ms,
 		}
 
 		rl_stats_count(RL_STAT_ATTEMPTS);
-		r = rl_proto_acquire_multi(set, ttl_ms,
-								   !try_only && wait_ms != 0 && slots[0] >= 0,
-								   grant, &req);
+		if (shared)
+			r = rl_proto_acquire_shared(set->resources[0], set->keys[0],
+										set->keylens[0], ttl_ms, mark, grant,
+										&req);
+		else
+			r = rl_proto_acquire_multi(set, ttl_ms, mark, grant, &req);
 		asked = true;
 		if (r == RL_ATTEMPT_GRANTED)
 			break;
@@ -101,7 +111,10 @@ acquire_set(const RlMultiSet *set, int ttl_ms, bool try_only, int wait_ms,
 				rl_stats_count(RL_STAT_REFUSED_TIMEOUT);
 				ereport(ERROR,
 						(errcode(ERRCODE_REDLOCK_NOT_GRANTED),
+						 set->n > 1 ?
 						 errmsg("leases on \"%s\" expired before they were granted",
+								names) :
+						 errmsg("lease on \"%s\" expired before it was granted",
 								names),
 						 errdetail("Acquiring took longer than the TTL of %d ms less the drift allowance.",
 								   ttl_ms),
@@ -140,13 +153,7 @@ rl_lease_acquire_multi(const char *const *resources, int n, int ttl_ms,
 	int			need = 0;
 
 	Assert(n >= 1 && n <= RL_MAX_MULTI);
-	if (keep_alive && !rl_lock_table_enabled())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("keep_alive needs redlock in shared_preload_libraries"),
-				 errdetail("Leases are kept alive by a background worker, which only runs when redlock is preloaded."),
-				 errhint("Add redlock to shared_preload_libraries and restart the server, or extend the leases with redlock_extend().")));
-	rl_session_nodes_ready();
+	rl_lease_call_begin(ttl_ms, keep_alive);
 
 	/* which of them this session holds already, valid */
 	set.n = 0;
@@ -154,6 +161,7 @@ rl_lease_acquire_multi(const char *const *resources, int n, int ttl_ms,
 	{
 		RlLease    *lease = rl_registry_find(resources[i]);
 
+		rl_registry_check_mode(lease, false);
 		if (lease != NULL && lease->state == RL_LEASE_HELD &&
 			rl_registry_valid_until(lease) > rl_now_us())
 			held[i] = lease;
@@ -177,9 +185,6 @@ rl_lease_acquire_multi(const char *const *resources, int n, int ttl_ms,
 	}
 	else if (need > 1)
 	{
-		if (keep_alive)
-			rl_lock_table_keep_alive_check();
-		rl_warn_quarantine_short(ttl_ms);
 		for (int i = 0; i < n; i++)
 		{
 			RlLease    *lease;
@@ -205,28 +210,15 @@ rl_lease_acquire_multi(const char *const *resources, int n, int ttl_ms,
 			set.n++;
 		}
 		rl_stats_count(RL_STAT_ACQUIRES);
-		if (!acquire_set(&set, ttl_ms, try_only, wait_ms, &grant, slots))
+		if (!rl_lease_acquire_rounds(&set, ttl_ms, try_only, wait_ms, false,
+									 &grant, slots))
 			return false;
 
 		/* each resource a lease of its own (an expired one keeps its holds) */
 		for (int j = 0; j < set.n; j++)
-		{
-			RlLease    *lease = rl_registry_find(set.resources[j]);
-
-			if (lease == NULL)
-				lease = rl_registry_enter(set.resources[j]);
-			lease->state = RL_LEASE_HELD;
-			memcpy(lease->key, set.keys[j], set.keylens[j] + 1);
-			lease->keylen = set.keylens[j];
-			memcpy(lease->owner, grant.owner, RL_OWNER_LEN + 1);
-			lease->token = grant.token;
-			lease->in_row = 0;
-			lease->ttl_ms = ttl_ms;
-			lease->valid_until_us = grant.valid_until_us;
-			lease->keep_alive |= keep_alive;
-			rl_registry_add_hold(lease, xact);
-			granted[j] = lease;
-		}
+			granted[j] = rl_lease_granted(set.resources[j], set.keys[j],
+										  set.keylens[j], &grant, ttl_ms,
+										  false, xact, keep_alive);
 		rl_registry_end_acquire_multi(granted);
 	}
 
@@ -262,12 +254,14 @@ rl_lease_unlock_multi(const char *const *resources, int n)
 	{
 		RlLease    *lease = rl_registry_held(resources[i]);
 
-		if (lease == NULL || lease->session_holds == 0)
+		if (lease == NULL || lease->session_holds == 0 || lease->shared)
 		{
 			ereport(WARNING,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("this session holds no session lease on \"%s\"",
-							resources[i])));
+							resources[i]),
+					 lease == NULL || lease->session_holds == 0 ? 0 :
+					 errdetail("Its lease on it is shared: redlock_unlock_shared() releases that.")));
 			all = false;
 			continue;
 		}

@@ -16,5 +16,8 @@ extern bool rl_lease_acquire_multi(const char *const *resources, int n,
 								   int wait_ms, bool keep_alive,
 								   int64 *tokens);
 extern bool rl_lease_unlock_multi(const char *const *resources, int n);
+extern bool rl_lease_acquire_rounds(const RlMultiSet *set, int ttl_ms,
+									bool try_only, int wait_ms, bool shared,
+									RlGrant *grant, int *slots);
 
 #endif							/* REDLOCK_LEASE_MULTI_H */

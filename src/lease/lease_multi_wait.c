@@ -58,7 +58,7 @@ static long
 sleep_ms(const RlMultiWaiter *w, const RlRequest *last)
 {
 	return rl_wait_sleep_ms(holders_expiry(w), w->started_us, w->wait_ms,
-							last, w->names, true);
+							last, w->names, w->set->n > 1);
 }
 
 /* Was any row of the call woken for a reason (a release of its key)? */

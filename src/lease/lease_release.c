@@ -9,8 +9,10 @@
  * I/O, so an error that interrupts the release (cancel, statement_timeout,
  * a caught exception) can never leave it looking held; its release command
  * belongs to the node layer from then on, which delivers it when the nodes
- * can take it.  One lease per release may go straight to the first waiter
- * of this server (lease_handoff.c).
+ * can take it.  One exclusive lease per release may go straight to the
+ * first waiter of this server (lease_handoff.c); a shared one never does
+ * (other readers may hold it still: the nodes hand it over when the last
+ * one leaves, protocol_release.c).
  *
  * Bulk releases send one command per node per RL_RELEASE_CHUNK leases,
  * pipelined, and wait once, for the last.  On the no-throw paths the whole
@@ -53,7 +55,8 @@ rl_lease_release_one(RlLease *lease, bool nothrow, RlRequest *req)
 	item.key = lease->key;
 	item.keylen = lease->keylen;
 	item.owner = lease->owner;
-	if (rl_handoff_claim(lease->shm_slot, lease->resource, &item,
+	if (!lease->shared &&
+		rl_handoff_claim(lease->shm_slot, lease->resource, &item,
 						 lease->in_row))
 		rl_handoff_run(&item, lease->resource, nothrow,
 					   nothrow ? rl_proto_release_deadline() : 0, req);
@@ -147,8 +150,8 @@ release_batch(uint64 batch, int total, bool nothrow)
 		item->keylen = lease->keylen;
 		item->owner = lease->owner;
 		sent++;
-		/* one lease per release may go straight to a waiter here */
-		if (handed == NULL &&
+		/* one exclusive lease per release may go straight to a waiter here */
+		if (handed == NULL && !lease->shared &&
 			rl_handoff_claim(lease->shm_slot, lease->resource, item,
 							 lease->in_row))
 		{

@@ -82,6 +82,31 @@ rl_registry_enter(const char *resource)
 	return lease;
 }
 
+/*
+ * A session holds a resource in one mode at a time: asking for the other
+ * mode while it holds a valid lease is an error (55000), raised before
+ * anything is asked.
+ */
+void
+rl_registry_check_mode(const RlLease *lease, bool shared)
+{
+	if (lease == NULL || lease->state != RL_LEASE_HELD ||
+		lease->shared == shared ||
+		rl_registry_valid_until(lease) <= rl_now_us())
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 lease->shared ?
+			 errmsg("this session holds a shared lease on \"%s\"",
+					lease->resource) :
+			 errmsg("this session holds an exclusive lease on \"%s\"",
+					lease->resource),
+			 errdetail("A session holds a resource in one mode at a time."),
+			 lease->shared ?
+			 errhint("Release the shared lease with redlock_unlock_shared() (or end the transaction that holds it) before asking for an exclusive one.") :
+			 errhint("The exclusive lease already keeps every other holder out; use it, or release it with redlock_unlock() first.")));
+}
+
 /* Leave the lock table, waking the next local waiter, and the registry. */
 void
 rl_registry_forget(RlLease *lease)
@@ -101,7 +126,7 @@ int
 rl_registry_begin_acquire(const char *resource, const char *key)
 {
 	Assert(rl_acquiring_slot < 0);
-	rl_acquiring_slot = rl_lock_table_enter(resource, key, false);
+	rl_acquiring_slot = rl_lock_table_enter(resource, key, false, false);
 	return rl_acquiring_slot;
 }
 
@@ -121,6 +146,7 @@ rl_registry_end_acquire(RlLease *lease)
 		g.valid_until_us = lease->valid_until_us;
 		g.ttl_ms = lease->ttl_ms;
 		g.keep_alive = lease->keep_alive;
+		g.shared = lease->shared;
 		g.owner = lease->owner;
 		g.key = lease->key;
 		rl_lock_table_granted(lease->shm_slot, &g);
@@ -139,13 +165,14 @@ rl_registry_end_acquire(RlLease *lease)
  */
 void
 rl_registry_begin_acquire_multi(const char *const *resources,
-								const char *const *keys, int n, int *slots)
+								const char *const *keys, int n, bool shared,
+								int *slots)
 {
 	Assert(rl_acquiring_slot < 0 && rl_nacquiring_multi == 0);
 	Assert(n <= RL_MAX_MULTI);
 	for (int i = 0; i < n; i++)
 	{
-		slots[i] = rl_lock_table_enter(resources[i], keys[i], true);
+		slots[i] = rl_lock_table_enter(resources[i], keys[i], true, shared);
 		rl_acquiring_multi[rl_nacquiring_multi++] = slots[i];
 	}
 }

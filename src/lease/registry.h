@@ -58,6 +58,7 @@ typedef struct RlLease
 	int			shm_slot;		/* its row in the lock table, or -1 */
 	bool		keep_alive;		/* the worker extends it (lock table) */
 	int			in_row;			/* local handoffs in a row that gave it */
+	bool		shared;			/* a shared lease (lease_shared.c) */
 } RlLease;
 
 /* Which holds a bulk release drops. */
@@ -78,7 +79,7 @@ extern void rl_registry_end_acquire(RlLease *lease);
 extern int	rl_registry_acquiring_slot(void);
 extern void rl_registry_begin_acquire_multi(const char *const *resources,
 											const char *const *keys, int n,
-											int *slots);
+											bool shared, int *slots);
 extern void rl_registry_end_acquire_multi(RlLease **leases);
 extern void rl_registry_abort_acquire(void);
 extern void rl_registry_add_hold(RlLease *lease, bool xact);
@@ -88,6 +89,7 @@ extern void rl_registry_holds_changed(RlLease *lease);
 extern int64_t rl_registry_valid_until(const RlLease *lease);
 extern void rl_registry_expired(RlLease *lease);
 extern void rl_registry_forget(RlLease *lease);
+extern void rl_registry_check_mode(const RlLease *lease, bool shared);
 extern long rl_registry_count(void);
 extern bool rl_registry_has_xact_holds(void);
 extern RlLease *rl_registry_next(HASH_SEQ_STATUS *status, bool first);

@@ -6,8 +6,8 @@
  *	  release (protocol_release.c), hand over to a waiter
  *	  (protocol_handoff.c), extend and ask who holds a lock
  *	  (protocol_extend.c); several resources at once, all or none
- *	  (protocol_multi.c); the values and keys they are given
- *	  (protocol_values.c).
+ *	  (protocol_multi.c); a shared lease (protocol_shared.c); the values
+ *	  and keys they are given (protocol_values.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -121,6 +121,10 @@ extern RlAttempt rl_proto_acquire_multi(const RlMultiSet *set, int ttl_ms,
 										bool mark, RlGrant *grant,
 										RlRequest *req_out);
 extern void rl_proto_abandon_multi_in_flight(void);
+extern int	rl_readers_key(char *buf, const char *resource);
+extern RlAttempt rl_proto_acquire_shared(const char *resource, const char *key,
+										 int keylen, int ttl_ms, bool mark,
+										 RlGrant *grant, RlRequest *req_out);
 extern void rl_proto_release_one(const char *key, int keylen,
 								 const char *owner, bool nothrow);
 extern void rl_proto_new_owner(char *owner);

@@ -111,8 +111,17 @@ RL_LUA_ENQUEUE
 "if #p > #c or (#p == #c and p > c) then redis.call('SET', KEYS[2], p) end\n"
 "return c\n";
 
+/*
+ * The token written back where the lease is still ours: the lock holds our
+ * value, or (a shared lease's value, 'r' first) the readers' set ARGV[3]
+ * has it.
+ */
 static const char WRITEBACK_SCRIPT[] =
-"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
+"if string.sub(ARGV[1], 1, 1) == 'r' then\n"
+"  if not redis.call('ZSCORE', ARGV[3], ARGV[1]) then return 0 end\n"
+"elseif redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+"  return 0\n"
+"end\n"
 "local c = redis.call('GET', KEYS[2]) or '0'\n"
 "local t = ARGV[2]\n"
 "if #t > #c or (#t == #c and t > c) then redis.call('SET', KEYS[2], t) end\n"
@@ -155,7 +164,13 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 	int64		token;
 	RlAttempt	result;
 	bool		unset[RL_MAX_NODES] = {0};
-	bool		announce = handed || req->decision == RL_WON;
+	bool		shared = grant->owner[0] == 'r';
+
+	/*
+	 * A shared lease's attempt is withdrawn by the release script, which
+	 * also frees the lock where it was the last reader
+	 */
+	bool		announce = handed || req->decision == RL_WON || shared;
 
 	/*
 	 * Where the round was refused or not sent (a node in backoff, one not
@@ -180,9 +195,10 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 
 	if (!rl_proto_token_of(req, proposal, &token))
 	{
-		const char *argv[7];
-		size_t		argvlen[7];
+		const char *argv[8];
+		size_t		argvlen[8];
 		char		ckey[RL_KEY_MAX + 1];
+		char		rkey[RL_KEY_MAX + 1];
 		char		token_buf[24];
 
 		/* write the token back where we hold the lock */
@@ -190,7 +206,9 @@ rl_proto_settle(const char *resource, const char *key, int keylen, int ttl_ms,
 						   key, keylen, resource, ckey, grant->owner);
 		argv[6] = token_buf;
 		argvlen[6] = rl_format_counter(token, token_buf);
-		result = rl_proto_writeback(req, 7, argv, argvlen);
+		argv[7] = rkey;
+		argvlen[7] = shared ? rl_readers_key(rkey, resource) : 0;
+		result = rl_proto_writeback(req, 8, argv, argvlen);
 		if (result != RL_ATTEMPT_GRANTED)
 			goto failed;
 	}

@@ -13,10 +13,18 @@
 
 #include "protocol/protocol_internal.h"
 
+/*
+ * KEYS[1] gets the TTL ARGV[2] when it still holds ARGV[1]; ARGV[3] is the
+ * key prefix, which names a shared lease's readers (RL_LUA_READERS).
+ */
 static const char EXTEND_SCRIPT[] =
 RL_LUA_QUARANTINE
+RL_LUA_READERS
 "local qr = rl_q()\n"
 "if qr then return qr end\n"
+"if string.sub(ARGV[1], 1, 1) == 'r' then\n"
+"  return rl_rextend(KEYS[1], rl_rk(ARGV[3], KEYS[1]), ARGV[1], ARGV[2])\n"
+"end\n"
 "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 "end\n"
@@ -24,27 +32,46 @@ RL_LUA_QUARANTINE
 
 /*
  * KEYS[i] gets the TTL ARGV[n + i] when it still holds ARGV[i]; returns one
- * flag per key, 1 where it did.
+ * flag per key, 1 where it did.  ARGV[2n + 1]: the key prefix.
  */
 static const char EXTEND_MANY_SCRIPT[] =
 RL_LUA_QUARANTINE
+RL_LUA_READERS
 "local qr = rl_q()\n"
 "if qr then return qr end\n"
 "local n = #KEYS\n"
 "local r = {}\n"
 "for i = 1, n do\n"
 "  r[i] = 0\n"
-"  if redis.call('GET', KEYS[i]) == ARGV[i] then\n"
+"  if string.sub(ARGV[i], 1, 1) == 'r' then\n"
+"    r[i] = rl_rextend(KEYS[i], rl_rk(ARGV[2 * n + 1], KEYS[i]), ARGV[i],\n"
+"                      ARGV[n + i])\n"
+"  elseif redis.call('GET', KEYS[i]) == ARGV[i] then\n"
 "    r[i] = redis.call('PEXPIRE', KEYS[i], ARGV[n + i])\n"
 "  end\n"
 "end\n"
 "return r\n";
 
-/* the lock's value and remaining time, or '' when nobody holds it */
+/*
+ * The lock's value and remaining time, or '' when nobody holds it; for a
+ * resource held shared, a line of each valid reader's (ARGV[1]: the key
+ * prefix).
+ */
 static const char HOLDER_SCRIPT[] =
+RL_LUA_READERS
 "local v = redis.call('GET', KEYS[1])\n"
 "if not v then return '' end\n"
-"return v .. ' ' .. redis.call('PTTL', KEYS[1])\n";
+"if v ~= '" RL_SHARED_VALUE "' then\n"
+"  return v .. ' ' .. redis.call('PTTL', KEYS[1])\n"
+"end\n"
+"local now = rl_now()\n"
+"local rs = redis.call('ZRANGEBYSCORE', rl_rk(ARGV[1], KEYS[1]),\n"
+"                     '(' .. string.format('%d', now), '+inf', 'WITHSCORES')\n"
+"local out = {}\n"
+"for i = 1, #rs, 2 do\n"
+"  out[#out + 1] = rs[i] .. ' ' .. string.format('%d', tonumber(rs[i + 1]) - now)\n"
+"end\n"
+"return table.concat(out, '\\n')\n";
 
 /*
  * Extend a lease on a majority (owner-checked).  Returns the decision;
@@ -54,8 +81,8 @@ RlDecision
 rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
 				int64_t *started_us, RlRequest *req)
 {
-	const char *argv[6 + RL_EPOCH_ARGS];
-	size_t		argvlen[6 + RL_EPOCH_ARGS];
+	const char *argv[7 + RL_EPOCH_ARGS];
+	size_t		argvlen[7 + RL_EPOCH_ARGS];
 	char		ttl_buf[16];
 
 	rl_proto_eval_header(argv, argvlen, EXTEND_SCRIPT, sizeof(EXTEND_SCRIPT) - 1, "1");
@@ -65,8 +92,10 @@ rl_proto_extend(const char *key, int keylen, const char *owner, int ttl_ms,
 	argvlen[4] = strlen(owner);
 	argv[5] = ttl_buf;
 	argvlen[5] = snprintf(ttl_buf, sizeof(ttl_buf), "%d", ttl_ms);
+	argv[6] = rl_key_prefix;
+	argvlen[6] = strlen(rl_key_prefix);
 	rl_proto_request_init(req, RL_REPLY_FLAG, RL_GOAL_QUORUM,
-						  6 + rl_proto_epoch_args(argv + 6, argvlen + 6),
+						  7 + rl_proto_epoch_args(argv + 7, argvlen + 7),
 						  argv, argvlen);
 
 	*started_us = rl_now_us();
@@ -87,8 +116,8 @@ rl_proto_extend_many(const RlExtendItem *items, int nitems,
 					 int64_t *started_us, RlDecision *decisions,
 					 RlTally *tallies, RlRequest *req)
 {
-	const char *argv[3 + 3 * RL_EXTEND_CHUNK + RL_EPOCH_ARGS];
-	size_t		argvlen[3 + 3 * RL_EXTEND_CHUNK + RL_EPOCH_ARGS];
+	const char *argv[4 + 3 * RL_EXTEND_CHUNK + RL_EPOCH_ARGS];
+	size_t		argvlen[4 + 3 * RL_EXTEND_CHUNK + RL_EPOCH_ARGS];
 	char		ttl_bufs[RL_EXTEND_CHUNK][16];
 	char		numkeys[16];
 	RlVote		votes[RL_MAX_NODES];
@@ -108,10 +137,12 @@ rl_proto_extend_many(const RlExtendItem *items, int nitems,
 		argvlen[3 + 2 * nitems + i] =
 			snprintf(ttl_bufs[i], sizeof(ttl_bufs[i]), "%d", items[i].ttl_ms);
 	}
+	argv[3 + 3 * nitems] = rl_key_prefix;
+	argvlen[3 + 3 * nitems] = strlen(rl_key_prefix);
 	rl_proto_request_init(req, RL_REPLY_FLAGS, RL_GOAL_ITEMS,
-						  3 + 3 * nitems +
-						  rl_proto_epoch_args(argv + 3 + 3 * nitems,
-											  argvlen + 3 + 3 * nitems),
+						  4 + 3 * nitems +
+						  rl_proto_epoch_args(argv + 4 + 3 * nitems,
+											  argvlen + 4 + 3 * nitems),
 						  argv, argvlen);
 	req->nitems = nitems;
 
@@ -131,18 +162,21 @@ rl_proto_extend_many(const RlExtendItem *items, int nitems,
 
 /*
  * Ask every node who holds key: each answer's reply_text is "" (nobody) or
- * "<lock value> <remaining ms>".
+ * "<lock value> <remaining ms>", a line for each reader of a resource held
+ * shared.
  */
 void
 rl_proto_holder(const char *key, int keylen, RlRequest *req)
 {
-	const char *argv[4];
-	size_t		argvlen[4];
+	const char *argv[5];
+	size_t		argvlen[5];
 
 	rl_proto_eval_header(argv, argvlen, HOLDER_SCRIPT, sizeof(HOLDER_SCRIPT) - 1, "1");
 	argv[3] = key;
 	argvlen[3] = keylen;
-	rl_proto_request_init(req, RL_REPLY_STATUS, RL_GOAL_ALL, 4, argv, argvlen);
+	argv[4] = rl_key_prefix;
+	argvlen[4] = strlen(rl_key_prefix);
+	rl_proto_request_init(req, RL_REPLY_STATUS, RL_GOAL_ALL, 5, argv, argvlen);
 	rl_nodes_run(req);
 	req->argv = NULL;
 	req->argvlen = NULL;

@@ -153,6 +153,45 @@ extern int64 rl_last_token;
 "  return n\n" \
 "end\n"
 
+/*
+ * Shared leases (protocol_shared.c).  While readers hold a resource, its
+ * lock "<prefix>lock:<resource>" holds the value RL_SHARED_VALUE, which no
+ * owner value equals, and lives as long as the last of them: every
+ * exclusive path (SET NX, EXISTS, an owner-checked GET) sees the lock held
+ * and nobody's.  The readers are the sorted set "<prefix>read:<resource>":
+ * their lock values (rl_shared_owner(): 'r' for the first character),
+ * each scored by its expiry on the node's clock in ms.  RL_LUA_READERS:
+ * rl_now(), the node's clock in ms; rl_rk(pre, k), the readers' set of
+ * lock k; rl_last(rk, now): the lapsed readers dropped, the latest expiry
+ * of the others, or nil; rl_rextend(k, rk, v, ttl): reader v's lease
+ * extended to ttl ms where it is still valid (1), or 0.
+ */
+#define RL_SHARED_VALUE "shared"
+#define RL_LUA_READERS \
+"local function rl_now()\n" \
+"  local t = redis.call('TIME')\n" \
+"  return t[1] * 1000 + math.floor(t[2] / 1000)\n" \
+"end\n" \
+"local function rl_rk(pre, k)\n" \
+"  return pre .. 'read:' .. string.sub(k, #pre + 6)\n" \
+"end\n" \
+"local function rl_last(rk, now)\n" \
+"  redis.call('ZREMRANGEBYSCORE', rk, '-inf', string.format('%d', now))\n" \
+"  local top = redis.call('ZRANGE', rk, -1, -1, 'WITHSCORES')\n" \
+"  return top[2] and tonumber(top[2]) or nil\n" \
+"end\n" \
+"local function rl_rextend(k, rk, v, ttl)\n" \
+"  if redis.call('GET', k) ~= '" RL_SHARED_VALUE "' then return 0 end\n" \
+"  local now = rl_now()\n" \
+"  local s = redis.call('ZSCORE', rk, v)\n" \
+"  if not s or tonumber(s) <= now then return 0 end\n" \
+"  local x = tonumber(ttl)\n" \
+"  redis.call('ZADD', rk, string.format('%d', now + x), v)\n" \
+"  if redis.call('PTTL', k) < x then redis.call('PEXPIRE', k, x) end\n" \
+"  if redis.call('PTTL', rk) < x then redis.call('PEXPIRE', rk, x) end\n" \
+"  return 1\n" \
+"end\n"
+
 #define RL_EPOCH_ARGS	2
 extern int	rl_proto_epoch_args(const char **argv, size_t *argvlen);
 

@@ -42,16 +42,30 @@
  * quarantine (RL_LUA_QUARANTINE, the two last arguments, asked only where
  * there is an offer to hand the lock to) hands nothing over and announces
  * a free lock.  The waiter counts the lease's validity on its own clock
- * (lock_table_remote.c).
+ * (lock_table_remote.c).  A shared lease's value ('r' first) is taken out
+ * of the readers' set (RL_LUA_READERS); the lock then lives as long as the
+ * last reader left, or, with none left, is released as an exclusive one
+ * is, handed to the first offer (a writer that waits) or announced.
  */
 static const char RELEASE_HANDOVER_SCRIPT[] =
 RL_LUA_QUARANTINE
 RL_LUA_QUEUE
 RL_LUA_HAND
+RL_LUA_READERS
 "local pre = ARGV[#KEYS + 1]\n"
 "local ep = pre .. 'offer:'\n"
 "local n = 0\n"
 "local held_out\n"
+"local function freed(k, m, q)\n"
+"  local o = q and rl_first(q, ep, function(e) return true end)\n"
+"  if o and held_out == nil then held_out = rl_q() or false end\n"
+"  if o and not held_out then\n"
+"    rl_hand(k, q, ep, o)\n"
+"  else\n"
+"    if m then redis.pcall('DEL', m) end\n"
+"    redis.pcall('PUBLISH', k, '')\n"
+"  end\n"
+"end\n"
 "for i = 1, #KEYS do\n"
 "  local k = KEYS[i]\n"
 "  local v = ARGV[i]\n"
@@ -67,22 +81,27 @@ RL_LUA_HAND
 "    cur, waiting = redis.call('GET', k), true\n"
 "  end\n"
 "  local w = 'w' .. string.sub(v, 2)\n"
-"  if cur == v or cur == w then\n"
+"  if string.sub(v, 1, 1) == 'r' then\n"
+"    local rk = res and pre .. 'read:' .. res\n"
+"    if rk and redis.call('ZREM', rk, v) == 1 then\n"
+"      n = n + 1\n"
+"      local now = rl_now()\n"
+"      local last = rl_last(rk, now)\n"
+"      if cur == '" RL_SHARED_VALUE "' and last then\n"
+"        redis.call('PEXPIRE', k, string.format('%d', math.max(last - now, 1)))\n"
+"      elseif cur == '" RL_SHARED_VALUE "' then\n"
+"        redis.call('DEL', k)\n"
+"        if waiting then freed(k, m, q) end\n"
+"      end\n"
+"    end\n"
+"  elseif cur == v or cur == w then\n"
 "    n = n + redis.call('DEL', k)\n"
 "    if waiting then\n"
-"      local o\n"
 "      if q then\n"
 "        rl_drop(q, ep, w)\n"
 "        if v ~= w then rl_drop(q, ep, v) end\n"
-"        o = rl_first(q, ep, function(e) return true end)\n"
 "      end\n"
-"      if o and held_out == nil then held_out = rl_q() or false end\n"
-"      if o and not held_out then\n"
-"        rl_hand(k, q, ep, o)\n"
-"      else\n"
-"        if m then redis.pcall('DEL', m) end\n"
-"        redis.pcall('PUBLISH', k, '')\n"
-"      end\n"
+"      freed(k, m, q)\n"
 "    end\n"
 "  elseif q then\n"
 "    rl_drop(q, ep, w)\n"

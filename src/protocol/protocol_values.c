@@ -124,6 +124,13 @@ rl_lock_key(char *buf, const char *resource)
 	return snprintf(buf, RL_KEY_MAX + 1, "%slock:%s", rl_key_prefix, resource);
 }
 
+/* ... of its readers, when held shared (RL_LUA_READERS) */
+int
+rl_readers_key(char *buf, const char *resource)
+{
+	return snprintf(buf, RL_KEY_MAX + 1, "%sread:%s", rl_key_prefix, resource);
+}
+
 /* ... of its waiters' queue, the offers in order (RL_LUA_QUEUE) */
 int
 rl_offer_key(char *buf, const char *resource)

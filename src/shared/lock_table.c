@@ -205,7 +205,8 @@ rl_lock_table_wake_worker(RlWorkerRole role)
  * Returns -1 without the table; raises when the table is full.
  */
 int
-rl_lock_table_enter(const char *resource, const char *key, bool multi)
+rl_lock_table_enter(const char *resource, const char *key, bool multi,
+					bool shared)
 {
 	int			slot;
 	RlSlot		entry;
@@ -223,6 +224,7 @@ rl_lock_table_enter(const char *resource, const char *key, bool multi)
 	entry.nodes = rl_lock_table_nodes();
 	entry.waitstart = GetCurrentTimestamp();
 	entry.multi = multi;
+	entry.shared = shared;
 	strlcpy(entry.resource, resource, sizeof(entry.resource));
 	strlcpy(entry.key, key, sizeof(entry.key));
 
@@ -270,6 +272,7 @@ rl_lock_table_granted(int slot, const RlTableGrant *g)
 	s->scopes = g->scopes;
 	s->valid_until_us = g->valid_until_us;
 	s->keep_alive = g->keep_alive;
+	s->shared = g->shared;
 	s->lost = false;
 	s->ttl_ms = g->ttl_ms;
 	s->next_extend_us = now + (int64_t) g->ttl_ms * 1000 / 3;
@@ -476,6 +479,7 @@ rl_lock_table_rows(RlLockRow **rows)
 		r->userid = s->userid;
 		r->granted = s->granted;
 		r->multi = s->multi;
+		r->shared = s->shared;
 		r->token = s->token;
 		r->scopes = s->scopes;
 		r->waitstart = s->waitstart;
@@ -537,7 +541,9 @@ rl_lock_table_first_waiter(int slot)
  * When the lock key of a holder on this server expires on our nodes (0:
  * none holds it here): rl_gone_from_nodes_us() of its validity.  A
  * keep-alive lease the worker lost holds nothing: a majority said it is
- * not ours.
+ * not ours.  Exclusive holders only: readers do not keep each other out,
+ * and an exclusive call asks the nodes while readers hold the resource,
+ * so that its offer there stops further readers (lease_shared.c).
  */
 int64_t
 rl_lock_table_holder_expiry(const char *key)
@@ -554,7 +560,7 @@ rl_lock_table_holder_expiry(const char *key)
 	{
 		RlSlot	   *s = &rl_table->slots[i];
 
-		if (s->granted && !s->lost && s->nodes == nodes &&
+		if (s->granted && !s->lost && !s->shared && s->nodes == nodes &&
 			RL_SLOT_OF_KEY(s, hash, key))
 			expiry = Max(expiry, rl_gone_from_nodes_us(s->valid_until_us,
 													   s->ttl_ms,

@@ -25,6 +25,7 @@ typedef struct RlTableGrant
 	int64_t		valid_until_us;
 	int			ttl_ms;
 	bool		keep_alive;
+	bool		shared;			/* a shared lease */
 	const char *owner;
 	const char *key;
 } RlTableGrant;
@@ -59,7 +60,7 @@ extern bool rl_lock_table_enabled(void);
 extern uint64_t rl_lock_table_nodes(void);
 extern char *rl_node_list_id(uint64_t nodes);
 extern int	rl_lock_table_enter(const char *resource, const char *key,
-								bool multi);
+								bool multi, bool shared);
 extern void rl_lock_table_granted(int slot, const RlTableGrant *g);
 extern void rl_lock_table_update(int slot, int scopes, bool keep_alive);
 
@@ -102,8 +103,9 @@ typedef struct RlLockRow
 	TimestampTz waitstart;		/* not granted */
 	int			place;			/* not granted: its place in line, 1 next
 								 * (rl_lock_table_places) */
-	bool		multi;			/* not granted: a multi-resource call's,
-								 * which has no place (0) */
+	bool		multi;			/* not granted: a multi-resource or
+								 * shared call's, which has no place (0) */
+	bool		shared;			/* a shared lease's */
 	uint64		wait_seq;		/* for the place: */
 	uint64_t	nodes;
 	int32		queue_ahead;

@@ -55,6 +55,9 @@ typedef struct RlSlot
 	bool		multi;			/* a multi-resource call's: no place in line
 								 * (never the first waiter), woken by every
 								 * release of its key (rl_wake_multi_on) */
+	bool		shared;			/* a shared lease's (granted or awaited),
+								 * which takes no part in
+								 * rl_lock_table_holder_expiry() */
 	bool		woken;			/* its latch was set for a reason to ask
 								 * the nodes (rl_lock_table_take_wake) */
 	int			pid;

@@ -278,6 +278,21 @@ fence_reject_expired(const FenceCall *fc, int64 offered, const RlLease *lease)
 			 errtablecol(fc->rel, fc->col.attnum)));
 }
 
+/* The lease behind the token is shared: its holder reads, and does not write. */
+static pg_noreturn void
+fence_reject_shared(const FenceCall *fc, int64 offered, const RlLease *lease)
+{
+	fence_count_refusal(fc);
+	ereport(ERROR,
+			(errcode(ERRCODE_REDLOCK_STALE_TOKEN),
+			 errmsg("fencing token for table \"%s\" belongs to a shared lease",
+					fence_relname(fc->rel)),
+			 FENCE_DETAIL(fc, "Offered token %lld is the token of this session's shared lease on \"%s\"; other sessions may hold the resource at the same time, so a write with it is not fenced.",
+						  (long long) offered, lease->resource),
+			 FENCE_HINT(fc, "Write with the token of an exclusive lease (redlock_lock())."),
+			 errtablecol(fc->rel, fc->col.attnum)));
+}
+
 /* Has the lease's validity run out? */
 static bool
 fence_expired(const RlLease *lease)
@@ -313,6 +328,8 @@ fence_check_held(const FenceCall *fc, int64 offered)
 	}
 	if (lease == NULL)
 		fence_reject_not_held(fc, offered);
+	if (lease->shared)
+		fence_reject_shared(fc, offered, lease);
 	if (fence_expired(lease))
 		fence_reject_expired(fc, offered, lease);
 }

@@ -234,29 +234,37 @@ redlock_try_xact_lock(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(token);
 }
 
-Datum
-redlock_unlock(PG_FUNCTION_ARGS)
+/*
+ * Drop one session hold of this session's lease on resource, of the given
+ * mode, releasing it when that was the last hold.  False (with a WARNING,
+ * as pg_advisory_unlock) when the session holds no session lease of that
+ * mode on it.
+ */
+bool
+rl_unlock_one(const char *resource, bool shared)
 {
-	char		resource[RL_MAX_RESOURCE_LEN + 1];
 	RlLease    *lease;
 	RlRequest	req;
 	int64_t		left_ms;
 
-	rl_refuse_in_parallel_mode("redlock_unlock");
-	rl_resource_arg(fcinfo, 0, resource);
 	rl_session_nodes_ready();
-
 	lease = rl_registry_held(resource);
-	if (lease == NULL || lease->session_holds == 0)
+	if (lease == NULL || lease->session_holds == 0 || lease->shared != shared)
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("this session holds no session lease on \"%s\"", resource)));
-		PG_RETURN_BOOL(false);
+				 shared ?
+				 errmsg("this session holds no shared session lease on \"%s\"", resource) :
+				 errmsg("this session holds no session lease on \"%s\"", resource),
+				 lease == NULL || lease->session_holds == 0 ? 0 :
+				 shared ?
+				 errdetail("Its lease on it is exclusive: redlock_unlock() releases that.") :
+				 errdetail("Its lease on it is shared: redlock_unlock_shared() releases that.")));
+		return false;
 	}
 
 	if (--lease->session_holds > 0 || lease->xact_holds > 0)
-		PG_RETURN_BOOL(true);
+		return true;
 
 	left_ms = (rl_registry_valid_until(lease) - rl_now_us()) / 1000;
 	if (left_ms <= 0)
@@ -279,7 +287,17 @@ redlock_unlock(PG_FUNCTION_ARGS)
 				 errhint("The lease stays held on nodes the release did not reach until its TTL runs out, at most %lld ms; the release is sent again when they can be reached.",
 						 (long long) left_ms)));
 	}
-	PG_RETURN_BOOL(true);
+	return true;
+}
+
+Datum
+redlock_unlock(PG_FUNCTION_ARGS)
+{
+	char		resource[RL_MAX_RESOURCE_LEN + 1];
+
+	rl_refuse_in_parallel_mode("redlock_unlock");
+	rl_resource_arg(fcinfo, 0, resource);
+	PG_RETURN_BOOL(rl_unlock_one(resource, false));
 }
 
 Datum
@@ -424,8 +442,8 @@ redlock_leases(PG_FUNCTION_ARGS)
 	for (lease = rl_registry_next(&status, true); lease != NULL;
 		 lease = rl_registry_next(&status, false))
 	{
-		Datum		values[8];
-		bool		nulls[8] = {0};
+		Datum		values[9];
+		bool		nulls[9] = {0};
 		const char *scope;
 
 		if (lease->state != RL_LEASE_HELD)
@@ -446,6 +464,8 @@ redlock_leases(PG_FUNCTION_ARGS)
 		values[6] = BoolGetDatum(lease->keep_alive && rl_registry_valid_until(lease) == 0);
 		values[7] = BoolGetDatum(lease->keep_alive &&
 								 rl_lock_table_limit_reached(lease->shm_slot));
+		values[8] = CStringGetTextDatum(lease->shared ? "shared" : "exclusive");
+		/* (a 1.1 catalog's function has no mode column: only natts are read) */
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -20,6 +20,7 @@ extern int	rl_wait_ms_arg(FunctionCallInfo fcinfo, int argno);
 extern void rl_refuse_in_parallel_mode(const char *function);
 extern void rl_warn_no_transaction_block(const char *function,
 										 const char *resource);
+extern bool rl_unlock_one(const char *resource, bool shared);
 
 /* redlock_extend, for its form over several resources */
 extern RlLease *rl_extend_check(const char *resource);

@@ -53,8 +53,8 @@ redlock_locks(PG_FUNCTION_ARGS)
 	for (int i = 0; i < nrows; i++)
 	{
 		const RlLockRow *s = &rows[i];
-		Datum		values[16];
-		bool		nulls[16] = {0};
+		Datum		values[17];
+		bool		nulls[17] = {0};
 
 		values[0] = Int32GetDatum(s->pid);
 		values[1] = ObjectIdGetDatum(s->dbid);
@@ -63,6 +63,7 @@ redlock_locks(PG_FUNCTION_ARGS)
 		values[4] = BoolGetDatum(s->granted);
 		values[12] = CStringGetTextDatum(s->key);
 		values[15] = CStringGetTextDatum(rl_node_list_id(s->nodes));
+		values[16] = CStringGetTextDatum(s->shared ? "shared" : "exclusive");
 		if (s->granted)
 		{
 

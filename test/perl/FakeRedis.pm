@@ -218,7 +218,8 @@ sub script_kind
 {
 	my ($script) = @_;
 	return 'epoch' if $script =~ /return \{info, e, now\}/;
-	return 'acquire' if $script =~ /'NX'/;
+	return 'acquire' if $script =~ /'NX'/ || $script =~ /'ZADD', KEYS\[2\]/;
+	return 'release' if $script =~ /local function freed\(/;
 	return 'extend_many' if $script =~ /PEXPIRE/ && $script =~ /#KEYS/;
 	return 'extend' if $script =~ /PEXPIRE/;
 	return 'release' if $script =~ /'DEL'/;

@@ -227,6 +227,7 @@ function redlock_holder(text): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_leases(): PUBLIC EXECUTE
 function redlock_lock(text,integer,integer,boolean): redlock_user EXECUTE
 function redlock_lock(text[],integer,integer,boolean): redlock_user EXECUTE
+function redlock_lock_shared(text,integer,integer,boolean): redlock_user EXECUTE
 function redlock_locks(): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_nodes(): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_stats(): PUBLIC EXECUTE
@@ -237,13 +238,17 @@ function redlock_stats_nodes(): pg_monitor EXECUTE, redlock_user EXECUTE
 function redlock_stats_reset(): -
 function redlock_try_lock(text,integer,boolean): redlock_user EXECUTE
 function redlock_try_lock(text[],integer,boolean): redlock_user EXECUTE
+function redlock_try_lock_shared(text,integer,boolean): redlock_user EXECUTE
 function redlock_try_xact_lock(text,integer,boolean): redlock_user EXECUTE
 function redlock_try_xact_lock(text[],integer,boolean): redlock_user EXECUTE
+function redlock_try_xact_lock_shared(text,integer,boolean): redlock_user EXECUTE
 function redlock_unlock(text): redlock_user EXECUTE
 function redlock_unlock(text[]): redlock_user EXECUTE
 function redlock_unlock_all(): redlock_user EXECUTE
+function redlock_unlock_shared(text): redlock_user EXECUTE
 function redlock_xact_lock(text,integer,integer,boolean): redlock_user EXECUTE
 function redlock_xact_lock(text[],integer,integer,boolean): redlock_user EXECUTE
+function redlock_xact_lock_shared(text,integer,integer,boolean): redlock_user EXECUTE
 view redlock_dispatcher: PUBLIC SELECT
 view redlock_leases: PUBLIC SELECT
 view redlock_locks: pg_monitor SELECT, redlock_user SELECT
@@ -291,18 +296,23 @@ GRANT SELECT (node, reachable) ON redlock_nodes TO column_viewer;
 REVOKE SELECT ON redlock_stats_nodes FROM pg_monitor;
 REVOKE SELECT ON redlock_dispatcher FROM PUBLIC;
 GRANT SELECT ON redlock_dispatcher TO viewer;
+REVOKE SELECT ON redlock_leases FROM PUBLIC;
+GRANT SELECT ON redlock_leases TO viewer;
+GRANT EXECUTE ON FUNCTION redlock_holder(text) TO viewer;
 CREATE VIEW my_nodes AS SELECT node, quarantined_until FROM redlock_nodes;
 CREATE VIEW my_locks AS SELECT pid, resource FROM redlock_locks;
 CREATE VIEW my_dispatcher AS SELECT rounds_shared FROM redlock_dispatcher;
+CREATE VIEW my_leases AS SELECT resource FROM redlock_leases;
+CREATE VIEW my_holders AS SELECT node FROM redlock_holder('x');
 SQL
 my ($rc12, $out12, $err12) = $pg->psql('upd12', 'ALTER EXTENSION redlock UPDATE',
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-like($err12, qr/ERROR:  2BP01: cannot update extension redlock to version 1\.2 while other objects depend on objects it replaces.*DETAIL:  .*these depend on them: view my_dispatcher, view my_locks, view my_nodes\./s,
-	'1.1 -> 1.2: views over redlock_dispatcher, redlock_locks and redlock_nodes block the update, 2BP01, named');
-$pg->safe_psql('upd12', 'DROP VIEW my_nodes, my_dispatcher');
+like($err12, qr/ERROR:  2BP01: cannot update extension redlock to version 1\.2 while other objects depend on objects it replaces.*DETAIL:  .*these depend on them: view my_dispatcher, view my_holders, view my_leases, view my_locks, view my_nodes\./s,
+	'1.1 -> 1.2: views over redlock_dispatcher, redlock_holder(), redlock_leases, redlock_locks and redlock_nodes block the update, 2BP01, named');
+$pg->safe_psql('upd12', 'DROP VIEW my_nodes, my_dispatcher, my_leases, my_holders');
 ($rc12, $out12, $err12) = $pg->psql('upd12', 'ALTER EXTENSION redlock UPDATE',
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-like($err12, qr/ERROR:  2BP01: .*DETAIL:  Version 1\.2 replaces redlock_nodes\(\), redlock_stats_nodes\(\), redlock_locks\(\) and redlock_dispatcher\(\) and their views; these depend on them: view my_locks\./s,
+like($err12, qr/ERROR:  2BP01: .*DETAIL:  Version 1\.2 replaces redlock_nodes\(\), redlock_stats_nodes\(\), redlock_locks\(\), redlock_leases\(\) and redlock_dispatcher\(\) and their views, and redlock_holder\(text\); these depend on them: view my_locks\./s,
 	'... a view over redlock_locks alone too (not PostgreSQL\'s error for the DROP)');
 $pg->safe_psql('upd12', 'DROP VIEW my_locks; ALTER EXTENSION redlock UPDATE');
 is($pg->safe_psql('upd12',
@@ -319,6 +329,13 @@ SELECT v, has_table_privilege('viewer', v, 'SELECT'),
 SQL
 	"redlock_dispatcher|t|t\nredlock_locks|t|t\nredlock_nodes|t|t\nredlock_stats_nodes|t|t",
 	'the grants on the four views and their functions survive the update');
+is($pg->safe_psql('upd12',
+		"SELECT has_table_privilege('viewer', 'redlock_leases', 'SELECT'),"
+		  . " has_table_privilege('redlock_user', 'redlock_leases', 'SELECT'),"
+		  . " has_function_privilege('viewer', 'redlock_holder(text)', 'EXECUTE'),"
+		  . " (SELECT count(*) FROM pg_attribute WHERE attrelid = 'redlock_leases'::regclass"
+		  . "   AND attname = 'mode')"),
+	't|f|t|1', "redlock_leases (with its new column mode) and redlock_holder() keep their grants and revokes");
 is($pg->safe_psql('upd12',
 		"SELECT has_table_privilege('column_viewer', 'redlock_locks', 'SELECT WITH GRANT OPTION'),"
 		  . " has_column_privilege('column_viewer', 'redlock_nodes', 'node', 'SELECT'),"
@@ -338,14 +355,18 @@ like($dump12, qr/REVOKE SELECT ON TABLE public\.redlock_stats_nodes FROM pg_moni
 	'and the revoke');
 like($dump12, qr/REVOKE SELECT ON TABLE public\.redlock_dispatcher FROM PUBLIC;/,
 	'and the revoke from PUBLIC');
+like($dump12, qr/REVOKE SELECT ON TABLE public\.redlock_leases FROM PUBLIC;/,
+	'and the revoke on redlock_leases');
+like($dump12, qr/GRANT ALL ON FUNCTION public\.redlock_holder\(resource text,[^)]*\) TO viewer;/,
+	'and the grant on redlock_holder()');
 unlike($dump12, qr/TO redlock_user;/, "the extension's own grants stay initial");
 # with the user's changes undone, privileges and initial privileges are a
 # fresh 1.2's
 $pg->safe_psql('upd12', <<'SQL');
-REVOKE ALL ON redlock_nodes, redlock_stats_nodes, redlock_locks, redlock_dispatcher FROM viewer, column_viewer CASCADE;
-REVOKE ALL ON FUNCTION redlock_nodes(), redlock_stats_nodes(), redlock_locks() FROM viewer;
+REVOKE ALL ON redlock_nodes, redlock_stats_nodes, redlock_locks, redlock_dispatcher, redlock_leases FROM viewer, column_viewer CASCADE;
+REVOKE ALL ON FUNCTION redlock_nodes(), redlock_stats_nodes(), redlock_locks(), redlock_holder(text) FROM viewer;
 GRANT SELECT ON redlock_stats_nodes TO pg_monitor;
-GRANT SELECT ON redlock_dispatcher TO PUBLIC;
+GRANT SELECT ON redlock_dispatcher, redlock_leases TO PUBLIC;
 SQL
 is($pg->safe_psql('upd12', privileges_sql()), $pg->safe_psql('fresh', privileges_sql()),
 	'with those grants undone, 1.1 + update has the privileges and initial privileges of a fresh 1.2');

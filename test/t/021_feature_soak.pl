@@ -84,6 +84,7 @@
 # test/soak-picture.sh draws it.
 use strict;
 use warnings FATAL => 'all';
+use sort 'stable';
 
 use File::Copy ();
 use File::Path qw(make_path rmtree);
@@ -814,6 +815,7 @@ my $run_heals = sub {
 # nodes were all in).
 my %node_fault = map { $_ => 1 } qw(pause pause2 wipe_bare wipe_crash kill9 wipe part_wipe);
 my %needs_all = map { $_ => 1 } qw(pause2 wipe_bare wipe_crash part_wipe);
+my %due_first = (pause2 => 0, part_wipe => 1, wipe_bare => 2, wipe_crash => 2);
 my %net_fault = map { $_ => 1 } qw(part_overlap part_minority drop_replies part_flap part_wipe);
 my $blocks = sub {
 	my ($due, $want) = @_;
@@ -838,6 +840,10 @@ my $nemesis = sub {
 			{
 				@due = grep { $_ ne $kind } @due;
 				push @due, $kind unless $ran || $did{$kind};
+				# the one that restarts no node first: it leaves every node
+				# in for the next (with the quarantine, a wipe keeps a node
+				# out for seconds; runs passed without SIGSTOP two nodes)
+				@due = sort { $due_first{$a} <=> $due_first{$b} } @due;
 			}
 			$did{$kind} = 1 if $ran;
 			push @todo, $want unless $did{$want};
@@ -877,7 +883,8 @@ $nemesis->($main_start, @not_nodes);
 # the main phase: every fault, with the quarantine (the wipes of a node of
 # a bare majority more often); the network's last fault ends it
 $phase = 'main';
-my @all_kinds = sort keys %act;
+# (the clock jump needs libfaketime, which Valkey does not run under)
+my @all_kinds = grep { $_ ne 'clock' || defined $fake_node } sort keys %act;
 $nemesis->($faults_end - ($net ? $final_net : 0), @all_kinds, ('wipe_bare', 'wipe_crash') x 2);
 # every node runs again
 for my $i (0 .. 4)
@@ -1172,7 +1179,6 @@ cmp_ok($waited{'other server'} // 0, '>', 0, 'waiters were granted after a holde
 cmp_ok($rep->{writes_ok}, '>', 0, 'fenced writes were accepted');
 for my $k (@all_kinds)
 {
-	next if $k eq 'clock' && !defined $fake_node;
 	cmp_ok($count{ $label{$k} } // 0, '>', 0, "fault injected: $label{$k}");
 }
 cmp_ok(($rep->{lost}{east} // 0) + ($rep->{lost}{west} // 0), '>', 0,

@@ -1,0 +1,160 @@
+# Shared leases (redlock_lock_shared() and the other shared forms) on two
+# servers sharing the Redis nodes.  Readers of both servers hold a
+# resource together, each with its own token; the nodes hold the lock as
+# "shared" and the readers beside it.  A writer that waits stops new
+# readers of either server, is granted when the last reader leaves (a
+# wake-up, not a poll: the retry delay is 60 s), and a reader that waits
+# behind it is granted when it releases, across servers.  A keep-alive
+# reader outlives its TTL; the lock lives as long as its last reader; a
+# reader terminated releases at exit, one killed leaves its place to its
+# TTL, one cancelled while it waits leaves nothing.  Real Redis nodes and
+# two real clusters.
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedlockTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @redis = redis_nodes(3);
+my ($east, $west) = redlock_pair(nodes => \@redis,
+	conf => "redlock.retry_delay = '60s'\nredlock.retry_jitter = 0\nrestart_after_crash = on\n");
+
+# what each node has: the lock's value, and how many readers
+sub on_nodes
+{
+	my ($res) = @_;
+	return join ' ', map {
+		($_->cli('GET', "redlock:lock:$res") // '') . '/'
+		  . $_->cli('ZCARD', "redlock:read:$res")
+	} @redis;
+}
+
+sub session
+{
+	my ($pg) = @_;
+	return $pg->background_psql('postgres', on_error_stop => 0);
+}
+
+# --- readers of both servers together
+my $r1 = session($east);
+my $r2 = session($west);
+my $t1 = $r1->query_safe("SELECT redlock_lock_shared('sh:1', 60000)");
+my $t2 = $r2->query_safe("SELECT redlock_lock_shared('sh:1', 60000)");
+ok($t1 > 0 && $t2 > $t1, 'readers on both servers hold the resource together, tokens in grant order');
+is(on_nodes('sh:1'), join(' ', ('shared/2') x @redis),
+	'each node holds the lock as "shared", with both readers');
+is($r1->query_safe("SELECT count(*) FROM redlock_holder('sh:1') WHERE mode = 'shared'"),
+	2 * @redis, 'redlock_holder shows both readers on every node');
+is($west->safe_psql('postgres', "SELECT redlock_try_lock('sh:1') IS NULL"), 't',
+	'an exclusive try is refused while readers hold it');
+
+# --- a writer waits: no new reader of either server, then it gets the
+# resource when the last reader leaves
+my ($w, $wpid) = start_waiter($east, 'sh:1');
+my $r3 = session($west);
+my $refused = 1;
+for (1 .. 10)
+{
+	my $t = $r3->query_safe("SELECT redlock_try_lock_shared('sh:1', 60000)");
+	if ($t ne '')
+	{
+		$refused = 0;
+		$r3->query_safe("SELECT redlock_unlock_shared('sh:1')");
+		last;
+	}
+	usleep(50_000);
+}
+ok($refused, 'while a writer waits, a new reader of the other server is refused');
+my $r4 = session($east);
+is($r4->query_safe("SELECT redlock_try_lock_shared('sh:1', 60000) IS NULL"), 't',
+	'... and one of the same server');
+$r2->query_safe("SELECT redlock_unlock_shared('sh:1')");
+usleep(300_000);
+is(waiters($east, 'sh:1'), '1', 'one reader left: the writer still waits');
+my $t0 = time;
+$r1->query_safe("SELECT redlock_unlock_shared('sh:1')");
+my ($tw, $after) = granted_after($w, $t0);
+ok($tw > $t2, 'the last reader gone, the writer is granted, with a token above the readers\'');
+cmp_ok($after, '<', 10, 'woken by the release (the retry delay is 60 s)');
+like(on_nodes('sh:1'), qr/^(?!shared)\S+\/0( (?!shared)\S+\/0)*$/, 'the nodes hold it exclusively now, no reader left');
+
+# --- a reader of the other server waits behind the writer, and is woken
+# by its release
+my ($rw, $rwpid) = start_waiter($west, 'sh:1', call => "redlock_lock_shared('sh:1', 60000)");
+is($west->safe_psql('postgres',
+		"SELECT mode || ' ' || place FROM redlock_locks WHERE pid = $rwpid"),
+	'shared 0', 'a waiting reader shows as shared, with no place in line');
+$t0 = time;
+$w->query_safe("SELECT redlock_unlock('sh:1')");
+my ($tr, $after_r) = granted_after($rw, $t0);
+ok($tr > $tw, 'the writer gone, the waiting reader is granted, token above the writer\'s');
+cmp_ok($after_r, '<', 10, 'woken across servers by the release');
+$rw->query_safe("SELECT redlock_unlock_shared('sh:1')");
+ok(no_keys('sh:1', @redis), 'released: the lock is gone');
+is(join(' ', map { $_->cli('EXISTS', 'redlock:read:sh:1') } @redis), join(' ', ('0') x @redis),
+	'and so are the readers');
+
+# --- the lock lives as long as its last reader
+$r1->query_safe("SELECT redlock_lock_shared('sh:2', 60000)");
+$r2->query_safe("SELECT redlock_lock_shared('sh:2', 2000)");
+$r1->query_safe("SELECT redlock_unlock_shared('sh:2')");
+my @pttl = map { $_->cli('PTTL', 'redlock:lock:sh:2') } @redis;
+is(scalar(grep { $_ > 0 && $_ <= 2000 } @pttl), scalar @redis,
+	"a long reader gone, the lock lives as long as the short one left (@pttl ms)");
+$r2->query_safe("SELECT redlock_unlock_shared('sh:2')");
+
+# --- keep-alive: a reader outlives its TTL, a writer of the other server
+# stays out
+$r1->query_safe("SELECT redlock_lock_shared('sh:k', 1000, keep_alive => true)");
+sleep 3;
+is($r2->query_safe("SELECT redlock_try_lock('sh:k') IS NULL"), 't',
+	'a keep-alive reader holds the resource past its TTL');
+is($r1->query_safe("SELECT validity_ms > 0 AND mode = 'shared' FROM redlock_leases WHERE resource = 'sh:k'"),
+	't', 'and its lease is still valid');
+$r1->query_safe("SELECT redlock_unlock_shared('sh:k')");
+isnt($r2->query_safe("SELECT redlock_try_lock('sh:k')"), '', 'released, a writer gets it');
+$r2->query_safe("SELECT redlock_unlock('sh:k')");
+
+# --- a reader terminated releases at exit: the waiting writer is granted
+my $k = session($west);
+my $kpid = $k->query_safe("SELECT pg_backend_pid(); SELECT redlock_lock_shared('sh:t', 60000) \\g /dev/null");
+($w, $wpid) = start_waiter($east, 'sh:t');
+$t0 = time;
+$west->safe_psql('postgres', "SELECT pg_terminate_backend($kpid)");
+my (undef, $after_t) = granted_after($w, $t0);
+cmp_ok($after_t, '<', 10, 'a reader terminated releases at exit: the writer is granted at once');
+$w->query_safe("SELECT redlock_unlock('sh:t')");
+
+# --- a reader killed leaves its place to its TTL (the writer polls: no
+# release will announce it)
+$k = session($west);
+$kpid = $k->query_safe("SELECT pg_backend_pid(); SELECT redlock_lock_shared('sh:x', 3000) \\g /dev/null");
+my $killed = time;
+kill 'KILL', $kpid;
+$west->poll_query_until('postgres', 'SELECT true') or die 'west did not come back';
+($w, $wpid) = start_waiter($east, 'sh:x', set => "SET redlock.retry_delay = '200ms'");
+my (undef, $after_k) = granted_after($w, $killed);
+cmp_ok($after_k, '>=', 2.5, 'a reader killed keeps the resource until its TTL');
+cmp_ok($after_k, '<', 3 + 10, '... and no longer');
+$w->query_safe("SELECT redlock_unlock('sh:x')");
+
+# --- a waiting reader cancelled leaves nothing
+$r1 = session($east);
+$r1->query_safe("SELECT redlock_lock('sh:c', 60000)");
+my ($c, $cpid) = start_waiter($west, 'sh:c', call => "redlock_lock_shared('sh:c', 60000)");
+$west->safe_psql('postgres', "SELECT pg_cancel_backend($cpid)");
+ok(wait_for(sub { $west->safe_psql('postgres', "SELECT count(*) FROM redlock_locks WHERE pid = $cpid") eq '0' }),
+	'a waiting reader cancelled: its row is gone');
+my $out = $c->query('SELECT 1');
+like($c->{stderr}, qr/canceling statement due to user request/, 'its call ended with the cancel');
+is($out, '1', 'and its session goes on');
+$r1->query_safe("SELECT redlock_unlock('sh:c')");
+ok(no_keys('sh:*', @redis), 'nothing is left on the nodes');
+is(join(' ', map { scalar(() = $_->cli('KEYS', 'redlock:read:*') =~ /\S+/g) } @redis),
+	join(' ', ('0') x @redis), 'no readers\' set either');
+
+$_->quit for $r1, $r2, $r3, $r4, $w, $c;
+done_testing();
