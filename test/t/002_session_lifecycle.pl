@@ -138,6 +138,25 @@ ok(wait_for(sub { secure_exists('life:acl') eq join(',', map { '0' } @secure) })
 	"SET redlock.nodes = '$secure_nodes'; SET redlock.key_prefix = 'other:'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
 	  . " SELECT redlock_try_lock('life:acl')");
 like($err, qr/NOPERM|No permissions/, 'the ACL keeps that user out of keys outside its prefix');
+# shared leases need the sorted-set commands (doc/operating.md): without
+# them the nodes' error, said; with them, granted
+($rc, $out, $err) = $pg->psql('postgres',
+	"SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
+	  . " SELECT redlock_try_lock_shared('life:acl-shared')");
+like($err, qr/Redis nodes answered with errors.*can't run this command/s,
+	'a shared lease under that ACL: the nodes\' error, said');
+for my $n (@secure)
+{
+	$n->cli('-a', 's3cret', '--no-auth-warning', 'ACL', 'SETUSER', 'locker',
+		'+time', '+pttl', '+zadd', '+zrem', '+zscore', '+zrange', '+zrangebyscore',
+		'+zremrangebyscore');
+}
+$out = $pg->safe_psql('postgres',
+	"SET redlock.nodes = '$secure_nodes'; SET redlock.username = 'locker'; SET redlock.password = 'lockpw';"
+	  . " SELECT redlock_try_lock_shared('life:acl-shared') > 0, redlock_unlock_shared('life:acl-shared')");
+is($out, 't|t', 'with the sorted-set commands the documented ACL takes and releases shared leases');
+ok(wait_for(sub { secure_exists('life:acl-shared') eq join(',', map { '0' } @secure) }),
+	'and leaves no lock behind');
 
 # scripts a connection ran before go by their SHA1 (EVALSHA); that ACL
 # allows EVAL only: the node refuses EVALSHA with NOPERM, and the session
