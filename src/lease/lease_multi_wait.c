@@ -24,10 +24,6 @@
  */
 #include "postgres.h"
 
-#include "miscadmin.h"
-#include "storage/latch.h"
-
-#include "base/wait_events.h"
 #include "lease/lease_multi_wait.h"
 #include "lease/lease_wait.h"
 #include "shared/lock_table.h"
@@ -61,17 +57,6 @@ sleep_ms(const RlMultiWaiter *w, const RlRequest *last)
 							last, w->names, w->set->n > 1);
 }
 
-/* Was any row of the call woken for a reason (a release of its key)? */
-static bool
-take_wake(const RlMultiWaiter *w)
-{
-	bool		woken = false;
-
-	for (int i = 0; i < w->set->n; i++)
-		woken |= rl_lock_table_take_wake(w->slots[i]);
-	return woken;
-}
-
 /*
  * Sleep until a release of one of the resources, a local holder's expiry
  * or the backstop; raises 55P03 when the call's wait is over.  last: the
@@ -80,9 +65,6 @@ take_wake(const RlMultiWaiter *w)
 void
 rl_multi_wait(RlMultiWaiter *w, const RlRequest *last)
 {
-	long		delay_ms;
-	int64_t		until_us;
-
 	if (!w->announced)
 	{
 		/* the wake-up worker listens for their keys from now on */
@@ -90,22 +72,5 @@ rl_multi_wait(RlMultiWaiter *w, const RlRequest *last)
 			rl_lock_table_waiting(w->slots[i]);
 		w->announced = true;
 	}
-	delay_ms = sleep_ms(w, last);
-	until_us = rl_now_us() + (int64_t) delay_ms * 1000;
-	for (;;)
-	{
-		int			rc;
-
-		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					   delay_ms, rl_wait_event_lease());
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-
-		/* PostgreSQL's own timers and signals set the latch too */
-		if (take_wake(w) || (rc & WL_TIMEOUT) != 0)
-			break;
-		delay_ms = (long) ((until_us - rl_now_us() + 999) / 1000);
-		if (delay_ms <= 0)
-			break;
-	}
+	rl_wait_sleep(sleep_ms(w, last), w->slots, w->set->n);
 }

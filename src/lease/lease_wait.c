@@ -102,6 +102,39 @@ rl_wait_sleep_ms(int64_t holder_expiry, int64_t started_us, int wait_ms,
 	return delay_ms;
 }
 
+/*
+ * Sleep up to delay_ms, until the backstop or a wake-up with a reason for
+ * one of the lock table rows slots (nslots of them: a release of their
+ * key, their turn); cancel and statement_timeout interrupt it.  Only such
+ * a wake-up ends the sleep before the backstop: the latch is also set by
+ * PostgreSQL's own timers and signals, which say nothing of the lease.
+ * Also the multi-resource and shared waits' (lease_multi_wait.c).
+ */
+void
+rl_wait_sleep(long delay_ms, const int *slots, int nslots)
+{
+	int64_t		until_us = rl_now_us() + (int64_t) delay_ms * 1000;
+
+	for (;;)
+	{
+		int			rc;
+		bool		woken = false;
+
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   delay_ms, rl_wait_event_lease());
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+
+		for (int i = 0; i < nslots; i++)
+			woken |= rl_lock_table_take_wake(slots[i]);
+		if (woken || (rc & WL_TIMEOUT) != 0)
+			break;
+		delay_ms = (long) ((until_us - rl_now_us() + 999) / 1000);
+		if (delay_ms <= 0)
+			break;
+	}
+}
+
 /* How long the sleep may last, or raise 55P03 when the wait is over. */
 static long
 sleep_ms(const RlWaiter *w, const RlRequest *last)
@@ -121,32 +154,11 @@ sleep_until_handed(RlWaiter *w, const RlRequest *last, RlHandoff *ho,
 				   char *owner)
 {
 	long		delay_ms = sleep_ms(w, last);
-	int64_t		until_us;
 	RlHandoffOutcome outcome;
 
 	rl_handoff_offer(w->slot, w->ttl_ms, &w->offer);
-	until_us = rl_now_us() + (int64_t) delay_ms * 1000;
-	for (;;)
-	{
-		int			rc;
-
-		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					   delay_ms, rl_wait_event_lease());
-		ResetLatch(MyLatch);
-		/* an offer taken up is released by the abort path if this raises */
-		CHECK_FOR_INTERRUPTS();
-
-		/*
-		 * Only a wake-up with a reason ends the sleep before the backstop:
-		 * the latch is also set by PostgreSQL's own timers and signals,
-		 * which say nothing of the lease.
-		 */
-		if (rl_lock_table_take_wake(w->slot) || (rc & WL_TIMEOUT) != 0)
-			break;
-		delay_ms = (long) ((until_us - rl_now_us() + 999) / 1000);
-		if (delay_ms <= 0)
-			break;
-	}
+	/* an offer taken up is released by the abort path if the sleep raises */
+	rl_wait_sleep(delay_ms, &w->slot, 1);
 
 	/*
 	 * A holder is handing us the lease: its round has a deadline, but our

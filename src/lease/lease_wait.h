@@ -28,5 +28,6 @@ extern bool rl_wait_turn(RlWaiter *w, const RlRequest *last,
 extern long rl_wait_sleep_ms(int64_t holder_expiry, int64_t started_us,
 							 int wait_ms, const RlRequest *last,
 							 const char *names, bool several);
+extern void rl_wait_sleep(long delay_ms, const int *slots, int nslots);
 
 #endif							/* REDLOCK_LEASE_WAIT_H */
