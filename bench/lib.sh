@@ -321,7 +321,8 @@ bench_src_files() { find "$BENCH_TOP/src" -name '*.c' | sort; }
 # bench_src_script DIR NAME: the text of the script literal NAME
 # ("static const char NAME[] = ...;") of src/, compiled and printed by a
 # program built in DIR; the pieces of Lua the scripts share (the
-# "#define RL_LUA_... \" string macros of src/'s headers) with it
+# "#define RL_LUA_... \" string macros of src/'s headers, and the one-line
+# string macros they use, "#define RL_... \"...\"") with it
 bench_src_script() {
 	local f
 	f=$(grep -l "^static const char $2\[\] =" $(bench_src_files) | head -1)
@@ -329,6 +330,7 @@ bench_src_script() {
 	{
 		echo '#include <stdio.h>'
 		find "$BENCH_TOP/src" -name '*.h' | sort | xargs awk '
+			/^#define RL_[A-Z0-9_]*[ \t]+"[^"]*"$/ { print }
 			/^#define RL_LUA_[A-Z0-9_]*[ \t]*\\$/ { on = 1 }
 			on { print; if ($0 !~ /\\$/) on = 0 }'
 		echo 'static const char s[] ='
