@@ -31,12 +31,15 @@
 # Each run's cycle latency is pgbench's average and, from its --log, the
 # p50 and p99 of its cycles; the writer's cycle is its wait for the lock
 # plus its unlock (pgbench -r splits its average between the two
-# statements).  Prints one line per run, then the medians over the
-# repeats, the ratios redlock / advisory (of the medians, and of each
-# repeat's two neighbouring runs), and the machine's load before and
-# after.  Nothing is asserted about the times: a run fails only when a
+# statements); for the mixed runs also each side's slowest cycle and how
+# many took over 100 ms.  Prints one line per run, then the medians over
+# the repeats, the ratios redlock / advisory (of the medians, and of each
+# repeat's two neighbouring runs), redlock_stats and the nodes' errors
+# (redlock_stats_nodes) over the whole run, and the machine's load before
+# and after.  Nothing is asserted about the times: a run fails only when a
 # pgbench client fails, or when the check before the runs finds that two
-# readers do not hold the resource together.
+# readers do not hold the resource together, or that a writer is not
+# refused while they do.
 set -euo pipefail
 
 usage() {
