@@ -7,12 +7,15 @@
 # statement_timestamp() (all servers run on this host) and Perl's time() for
 # the nemesis.  A session writes one JSON object per line to its history
 # file:
-#   grant    lease id, resource, token, kind, start (statement_timestamp()
-#            of the lock call), ret (clock_timestamp() once it returned),
-#            server and backend pid, w (its wait_ms) and d (seconds from
-#            sending the call to its answer)
+#   grant    lease id, resource, token, kind, mode ('exclusive', or
+#            'shared' for a reader's lease: redlock_lock_shared() and its
+#            kin), start (statement_timestamp() of the lock call), ret
+#            (clock_timestamp() once it returned), server and backend pid,
+#            w (its wait_ms) and d (seconds from sending the call to its
+#            answer)
 #   obs      lease id, t (clock_timestamp() read before validity_ms), v
-#            (validity_ms of redlock_leases, or redlock_extend's result)
+#            (validity_ms of redlock_leases, or redlock_extend's result),
+#            m (the lease's mode in redlock_leases, when read there)
 #   release  lease id, t (host time before the unlock, COMMIT or ROLLBACK
 #            was sent)
 #   lost     server, pid, t (host time the statement that found the
@@ -27,9 +30,9 @@
 #   setobs   set id, t, v (resource => validity_ms): what the holder of a
 #            set was told of all its resources right after the grant, in
 #            one read of redlock_leases (an obs of each lease follows)
-#   refused  resource, kind, t (host time the call was sent), sqlstate,
-#            server, w, d (as for grant); for a set, res is its resources
-#            joined by commas, and set_res lists them
+#   refused  resource, kind, mode, t (host time the call was sent),
+#            sqlstate, server, w, d (as for grant); for a set, res is its
+#            resources joined by commas, and set_res lists them
 #   write    lease id, resource, token, ok, sqlstate
 #   stmt     a statement that took over a second: server, what (the
 #            redlock function it calls, else its first word), w (the
@@ -121,11 +124,15 @@ package FeatureSoak;
 
 # ---------- the workload of one session ----------
 
-# The kinds of lease cycle, with their weights.
+# The kinds of lease cycle, with their weights.  Those named shared* take
+# a reader's lease (redlock_lock_shared() and its kin) on the same
+# resources as the writers' kinds.
 our @KINDS = (
 	[ xact => 4 ], [ session => 3 ], [ try => 1 ], [ extend => 2 ],
 	[ keepalive => 2 ], [ pause => 2 ], [ nested => 2 ],
-	[ multi => 3 ], [ 'multi-try' => 2 ], [ 'multi-xact' => 3 ]);
+	[ multi => 3 ], [ 'multi-try' => 2 ], [ 'multi-xact' => 3 ],
+	[ shared => 3 ], [ 'shared-xact' => 3 ], [ 'shared-try' => 1 ],
+	[ 'shared-extend' => 1 ], [ 'shared-keepalive' => 2 ]);
 our $MAX_TTL_MS = 3000;    # no lease of the workload has a longer TTL
 
 # Run lease cycles until $a{deadline}, as session $a{name} of server
@@ -208,12 +215,13 @@ sub run_session
 	my $grant = sub {
 		my ($res, $call, $kind, $w) = @_;
 		my $pid = $db->pid;
+		my $mode = $call =~ /^redlock_\w+_shared\(/ ? 'shared' : 'exclusive';
 		my $r = $q->("SELECT tok, extract(epoch FROM statement_timestamp()),"
 			  . " extract(epoch FROM clock_timestamp()) FROM (SELECT $call AS tok OFFSET 0) s", $w);
 		my ($tok, $start, $ret) = ($r->{out} // '') =~ /^([^|]*)\|([\d.]+)\|([\d.]+)$/;
 		if (!$r->{ok} || !defined $tok || $tok eq '')
 		{
-			$emit->(ev => 'refused', res => $res, kind => $kind, t => $r->{sent},
+			$emit->(ev => 'refused', res => $res, kind => $kind, mode => $mode, t => $r->{sent},
 				sqlstate => !$r->{ok} ? $sqlstate->($r) : defined $tok ? 'null' : 'no answer',
 				server => $a{server},
 				w => $w // 0, d => $r->{d});
@@ -222,8 +230,8 @@ sub run_session
 		my $id = "$a{name}.$pid." . ++$lease_no;
 		$tok{$id} = $tok;
 		$emit->(ev => 'grant', lease => $id, res => $res, tok => $tok + 0, kind => $kind,
-			start => $start + 0, ret => $ret + 0, server => $a{server}, pid => $pid + 0,
-			w => $w // 0, d => $r->{d});
+			mode => $mode, start => $start + 0, ret => $ret + 0, server => $a{server},
+			pid => $pid + 0, w => $w // 0, d => $r->{d});
 		$open{$id} = $res;
 		return $id;
 	};
@@ -241,7 +249,8 @@ sub run_session
 		my ($tok, $start, $ret) = ($r->{out} // '') =~ /^([^|]*)\|([\d.]+)\|([\d.]+)$/;
 		if (!$r->{ok} || !defined $tok || $tok eq '')
 		{
-			$emit->(ev => 'refused', res => join(',', @$rs), kind => $kind, t => $r->{sent},
+			$emit->(ev => 'refused', res => join(',', @$rs), kind => $kind, mode => 'exclusive',
+				t => $r->{sent},
 				sqlstate => !$r->{ok} ? $sqlstate->($r) : defined $tok ? 'null' : 'no answer',
 				server => $a{server},
 				w => $w // 0, d => $r->{d}, set_res => $rs);
@@ -258,8 +267,9 @@ sub run_session
 			my $id = "$a{name}.$pid." . ++$lease_no;
 			$tok{$id} = $toks[$i];
 			$emit->(ev => 'grant', lease => $id, res => $rs->[$i], tok => $toks[$i] + 0,
-				kind => $kind, start => $start + 0, ret => $ret + 0, server => $a{server},
-				pid => $pid + 0, w => $w // 0, d => $r->{d}, set => $sid, set_res => $rs);
+				kind => $kind, mode => 'exclusive', start => $start + 0, ret => $ret + 0,
+				server => $a{server}, pid => $pid + 0, w => $w // 0, d => $r->{d}, set => $sid,
+				set_res => $rs);
 			$open{$id} = $rs->[$i];
 			push @ids, $id;
 		}
@@ -281,18 +291,46 @@ sub run_session
 		}
 		return @ids;
 	};
-	# what the holder is told now: validity_ms of the lease
+	# what the holder is told now: validity_ms of the lease (and its mode,
+	# read after it)
 	my $observe = sub {
 		my ($id) = @_;
 		return 0 unless $open{$id};
 		my $res = $open{$id};
 		my $r = $q->("SELECT extract(epoch FROM clock_timestamp()),"
-			  . " (SELECT validity_ms FROM redlock_leases WHERE resource = '$res')");
+			  . " (SELECT validity_ms FROM redlock_leases WHERE resource = '$res'),"
+			  . " (SELECT mode FROM redlock_leases WHERE resource = '$res')");
 		return 0 unless $r->{ok};
-		my ($t, $v) = split /\|/, $r->{out};
+		my ($t, $v, $m) = split /\|/, $r->{out};
 		return 0 unless defined $v && $v ne '';
-		$emit->(ev => 'obs', lease => $id, t => $t + 0, v => $v + 0);
+		$emit->(ev => 'obs', lease => $id, t => $t + 0, v => $v + 0,
+			defined $m && $m ne '' ? (m => $m) : ());
 		return $v;
+	};
+	# redlock_extend of lease $id (on $res) to $ttl ms: what its holder is
+	# told then
+	my $extend = sub {
+		my ($id, $res, $ttl) = @_;
+		my $asked = time;
+		my $r = $q->("SELECT v, extract(epoch FROM statement_timestamp()) FROM"
+			  . " (SELECT redlock_extend('$res', $ttl) AS v OFFSET 0) s");
+		# (an answer without its row, seen once as a crash-restart of the
+		# server took the connection, tells nothing)
+		if ($r->{ok} && $open{$id} && $r->{out} =~ /^(\d+)\|([\d.]+)$/)
+		{
+			$emit->(ev => 'obs', lease => $id, t => $2 + 0, v => $1 + 0);
+			return;
+		}
+		my $st = $sqlstate->($r);
+		$emit->(ev => 'refused', res => $res, kind => 'extend', t => $asked, sqlstate => $st);
+		# RL003: the extend found the lease gone from a majority, took its
+		# value off the nodes where it was left, and told its holder so:
+		# the promise ends where the holder asked
+		if ($st eq 'RL003' && $open{$id})
+		{
+			$emit->(ev => 'release', lease => $id, t => $asked);
+			delete $open{$id};
+		}
 	};
 	# release the leases @ids with $sql; $at: when the release began, if
 	# before now
@@ -384,29 +422,7 @@ sub run_session
 			next unless $id;
 			$observe->($id);
 			$nap->(0.2 + rand(0.6));
-			my $asked = time;
-			my $r = $q->("SELECT v, extract(epoch FROM statement_timestamp()) FROM"
-				  . " (SELECT redlock_extend('$res', 2500) AS v OFFSET 0) s");
-			# (an answer without its row, seen once as a crash-restart of
-			# the server took the connection, tells nothing)
-			if ($r->{ok} && $open{$id} && $r->{out} =~ /^(\d+)\|([\d.]+)$/)
-			{
-				$emit->(ev => 'obs', lease => $id, t => $2 + 0, v => $1 + 0);
-			}
-			else
-			{
-				my $st = $sqlstate->($r);
-				$emit->(ev => 'refused', res => $res, kind => 'extend', t => $asked,
-					sqlstate => $st);
-				# RL003: the extend found the lease gone from a majority,
-				# took its value off the nodes where it was left, and told
-				# its holder so: the promise ends where the holder asked
-				if ($st eq 'RL003' && $open{$id})
-				{
-					$emit->(ev => 'release', lease => $id, t => $asked);
-					delete $open{$id};
-				}
-			}
+			$extend->($id, $res, 2500);
 			$observe->($id);
 			$write->($id, $res);
 			$observe->($id);
@@ -515,6 +531,49 @@ sub run_session
 					$release->("SELECT redlock_unlock('$res')", undef, $id_of{$res} // ());
 				}
 			}
+		}
+		elsif ($kind =~ /^shared/)
+		{
+			# a reader: a shared lease on a resource the writers' kinds
+			# take too, in a transaction or the session's, waiting or not
+			# (shared-try: at once, in a transaction half the time),
+			# extended with redlock_extend, or kept alive past its TTL;
+			# read back while held, no fenced write (a reader does not
+			# write), released
+			my $try = $kind eq 'shared-try';
+			my $keep = $kind eq 'shared-keepalive';
+			my $ext = $kind eq 'shared-extend';
+			my $xact = $kind eq 'shared-xact' || ($try && int(rand(2)));
+			if ($xact)
+			{
+				my $r = $q->('BEGIN');
+				next unless $r->{ok};
+			}
+			my $fn = 'redlock_' . ($try ? 'try_' : '') . ($xact ? 'xact_' : '') . 'lock_shared';
+			my $id = $lock->($keep ? 2000 : $ext ? 1200 : 2500, fn => $fn, res => $res,
+				wait => $try ? undef : $wait, keep => $keep);
+			if (!$id)
+			{
+				$q->('ROLLBACK') if $xact;
+				next;
+			}
+			$observe->($id);
+			if ($keep)
+			{
+				my $until = time + 2.5 + rand(2.5);
+				while (time < $until && $open{$id})
+				{
+					$nap->(0.3);
+					$observe->($id);
+				}
+			}
+			else
+			{
+				$nap->($ext ? 0.2 + rand(0.6) : 0.1 + rand(0.6));
+				$extend->($id, $res, 2500) if $ext;
+				$observe->($id);
+			}
+			$release->($xact ? 'COMMIT' : "SELECT redlock_unlock_shared('$res')", undef, $id);
 		}
 		$nap->(rand(0.1));
 	}

@@ -38,15 +38,18 @@ sub read_history
 # A lost connection cuts nothing: its holder knows only that its lease ends
 # by its validity, and that is all a backend killed in a crash-restart
 # (faults of kind 'crash') leaves: its leases stay on the nodes and expire.
-# Leases of different
-# holders (server and backend) on one resource must not overlap.  An
-# overlap whose first lease was asked for before, and whose second was
-# granted after, a clock jump (faults of kind 'clock') is counted apart: a
-# key expired early on that node, Redlock's known limit.  So is one across a
-# wipe of a node's data (kind 'wipe') made while the servers' restart
-# quarantine was off (its field quarantine false): the node forgot the key
-# and counted at once.  Under a quarantine (quarantine: its seconds) a wipe
-# excuses nothing.
+# Leases of different holders (server and backend) on one resource must not
+# overlap, unless both are shared (grant events' mode 'shared', a reader's
+# lease): readers hold a resource together, and their overlaps are only
+# counted (together).  A shared lease overlapping an exclusive one is an
+# overlap as two exclusive ones are (each carries modes, and shared when
+# one of its leases is).  An overlap whose first lease was asked for
+# before, and whose second was granted after, a clock jump (faults of kind
+# 'clock') is counted apart: a key expired early on that node, Redlock's
+# known limit.  So is one across a wipe of a node's data (kind 'wipe')
+# made while the servers' restart quarantine was off (its field quarantine
+# false): the node forgot the key and counted at once.  Under a quarantine
+# (quarantine: its seconds) a wipe excuses nothing.
 #
 # Several resources at once: a set's grant (grant events with the same
 # set id) is one lease per resource, each an interval of its own in the
@@ -59,7 +62,12 @@ sub read_history
 # any of this is reported (multi_bad, with why).
 #
 # Tokens: a grant whose call returned before another's began has the
-# smaller token (the order of grants in real time).
+# smaller token (the order of grants in real time), whatever the modes of
+# the two: each grant, a reader's too, gets a token above every earlier
+# grant of the resource.
+#
+# Modes: a lease's mode as its holder read it in redlock_leases (obs
+# events' m) is the mode it asked for (mode_bad otherwise).
 #
 # Audit (one row per accepted update of a fenced row, in the order of the
 # updates: row, old token, new token): every new token is greater than the
@@ -74,7 +82,7 @@ our $SLACK_S = 2;
 sub check
 {
 	my (%h) = @_;
-	my (%lease, @leases, @slow, %longest, %beyond, %sets);
+	my (%lease, @leases, @slow, %longest, %beyond, %sets, @mode_bad);
 	my %term;
 	for my $f (@{ $h{faults} })
 	{
@@ -94,11 +102,13 @@ sub check
 		}
 		if ($ev eq 'grant')
 		{
-			my $l = { %$e, end => $e->{ret}, cut => undef, obs => 0 };
+			my $l = { %$e, end => $e->{ret}, cut => undef, obs => 0,
+				mode => $e->{mode} // 'exclusive' };
 			$lease{ $e->{lease} } = $l;
 			push @leases, $l;
 			$rep{grants}++;
 			$rep{kinds}{ $e->{kind} }++;
+			$rep{modes}{ $l->{mode} }++;
 			if (defined $e->{set})
 			{
 				my $set = $sets{ $e->{set} } //= { set => $e->{set}, kind => $e->{kind},
@@ -114,6 +124,9 @@ sub check
 		{
 			my $l = $lease{ $e->{lease} } or next;
 			push @{ $l->{seen} }, [ $e->{t}, $e->{v} ];
+			push @mode_bad, { lease => $l->{lease}, res => $l->{res}, asked => $l->{mode},
+				told => $e->{m}, t => $e->{t} }
+			  if defined $e->{m} && $e->{m} ne $l->{mode};
 			# validity_ms 0: expired or lost, which promises nothing
 			next unless $e->{v} > 0;
 			my $end = $e->{t} + $e->{v} / 1000;
@@ -176,7 +189,7 @@ sub check
 
 	my %by_res;
 	push @{ $by_res{ $_->{res} } }, $_ for @leases;
-	my (@overlaps, @overlaps_clock, @overlaps_wipe, @token_order);
+	my (@overlaps, @overlaps_clock, @overlaps_wipe, @together, @token_order);
 	my $met = 0;
 	for my $res (sort keys %by_res)
 	{
@@ -200,9 +213,12 @@ sub check
 				next unless $b->{to} > $b->{ret};    # an empty interval
 				my $o = { res => $res, first => $a->{lease}, second => $b->{lease},
 					from => $b->{ret}, to => ($a->{to} < $b->{to} ? $a->{to} : $b->{to}),
-					tokens => "$a->{tok} $b->{tok}",
-					multi => ($a->{set} || $b->{set}) ? 1 : 0 };
-				if ($between->($a->{start}, $b->{ret}, @jumps)) { push @overlaps_clock, $o }
+					tokens => "$a->{tok} $b->{tok}", modes => "$a->{mode} $b->{mode}",
+					multi => ($a->{set} || $b->{set}) ? 1 : 0,
+					shared => ($a->{mode} eq 'shared' || $b->{mode} eq 'shared') ? 1 : 0 };
+				# two readers together: allowed
+				if ($a->{mode} eq 'shared' && $b->{mode} eq 'shared') { push @together, $o }
+				elsif ($between->($a->{start}, $b->{ret}, @jumps)) { push @overlaps_clock, $o }
 				elsif ($between->($a->{start}, $b->{ret}, @wipes)) { push @overlaps_wipe, $o }
 				else { push @overlaps, $o }
 			}
@@ -291,6 +307,8 @@ sub check
 	$rep{overlaps} = \@overlaps;
 	$rep{overlaps_clock} = \@overlaps_clock;
 	$rep{overlaps_wipe} = \@overlaps_wipe;
+	$rep{together} = \@together;
+	$rep{mode_bad} = \@mode_bad;
 	$rep{token_order} = \@token_order;
 	$rep{fence} = \@fence;
 	$multi{met} = $met;

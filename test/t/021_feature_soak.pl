@@ -7,8 +7,11 @@
 # same session meanwhile, holders that stall past their TTL, sets of 2 or 3
 # of the resources at once (redlock_lock, redlock_try_lock and
 # redlock_xact_lock over text[], each set in an order of its own, released
-# together or one by one), and a fenced write with the token while holding
-# (test/perl/FeatureSoak.pm).
+# together or one by one), and a fenced write with the token while holding;
+# and readers beside them: shared leases on the same resources
+# (redlock_lock_shared, redlock_xact_lock_shared and the try forms, with
+# and without waits, extended, kept alive past their TTL), read back while
+# held and released, with no write (test/perl/FeatureSoak.pm).
 #
 # Meanwhile a nemesis, at random from a seed, with at most two nodes out at
 # once (a node in its restart quarantine counts as out): stops one or two
@@ -61,20 +64,25 @@
 # lease intervals on one resource overlap (only those across a clock
 # jump, Redlock's known limit, and across a wipe without the quarantine
 # are counted apart; a lease whose connection was lost, as in a
-# crash-restart, ends no earlier than its validity), tokens increase in
-# the order of the grants (each resource of a set is a lease of its own
+# crash-restart, ends no earlier than its validity), unless both are
+# shared: readers' intervals may overlap (counted, and some must have),
+# a reader's and a writer's must not; tokens increase in the order of the
+# grants, of either mode (each resource of a set is a lease of its own
 # here, against every other holder's, of one resource or of a set), every
-# set held all its resources or none (a grant with its token for each, one
-# grant time, and one validity for all as its holder read them right
-# after), every fenced row accepted only increasing
-# tokens (an audit trigger logs every accepted update), no statement runs
-# longer than its wait_ms + 2 s (it reports each server's longest lock
-# call), and both servers lease again within 2 s of the end of the faults
-# (the network healed; beyond a quarantine still running, if a majority
-# of the nodes is in one).  It first proves on a constructed history that
-# it reports each kind of violation, and at the end on the run's own
-# history broken twice: a set's grant of one resource dropped, and another
-# holder's grant moved into a set's lease.
+# lease reads back the mode it asked for, every set held all its
+# resources or none (a grant with its token for each, one grant time, and
+# one validity for all as its holder read them right after), every fenced
+# row accepted only increasing tokens (an audit trigger logs every
+# accepted update), no statement runs longer than its wait_ms + 2 s (it
+# reports each server's longest lock call), and both servers lease again
+# within 2 s of the end of the faults (the network healed; beyond a
+# quarantine still running, if a majority of the nodes is in one).  It
+# first proves on constructed histories that it reports each kind of
+# violation (and not readers together), and at the end on the run's own
+# history broken four times: a set's grant of one resource dropped,
+# another holder's grant moved into a set's lease, another holder's
+# exclusive grant moved into a shared lease (an overlap), and another
+# reader's grant moved there (none).
 #
 # SOAK_SECONDS (default 60): how long the faults go on, the control phase
 # (SOAK_CONTROL_SECONDS, default 10) included; SOAK_SEED (printed) replays
@@ -275,6 +283,54 @@ note "history in $histdir (kept when a check fails, or when named by SOAK_HISTOR
 		faults => [ { kind => 'wipe', t => 200.5, quarantine => 4 }, @terminated ], audit => []);
 	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}" } @{ $r3->{overlaps} }), 'q2:s12/q2w t:o/p x:a/b y:c/d',
 		'checker self-test: an overlap across a wipe under the quarantine is an overlap');
+}
+# shared leases: readers together are no overlap; a writer inside a
+# reader's lease, or a reader inside a writer's, is one
+{
+	my $lease = sub {
+		my ($id, $res, $tok, $mode, $start, $ret, $server, $pid, $v, $rel, $told) = @_;
+		return ({ ev => 'grant', lease => $id, res => $res, tok => $tok, mode => $mode,
+				kind => $mode eq 'shared' ? 'shared' : 'session', start => $start, ret => $ret,
+				server => $server, pid => $pid },
+			{ ev => 'obs', lease => $id, t => $ret, v => $v, m => $told // $mode },
+			defined $rel ? { ev => 'release', lease => $id, t => $rel } : ());
+	};
+	my @ev = (
+		# r1: east 1 reads [1000.1, 1001.5); west 2 reads [1000.5, 1001.0),
+		# and east 3 [1000.8, 1001.2): three readers together
+		$lease->('ra', 'r1', 300, 'shared', 1000.0, 1000.1, 'east', 1, 2000, 1001.5),
+		$lease->('rb', 'r1', 310, 'shared', 1000.4, 1000.5, 'west', 2, 2000, 1001.0),
+		$lease->('rc', 'r1', 320, 'shared', 1000.7, 1000.8, 'east', 3, 2000, 1001.2),
+		# r2: east 1 reads [1100.1, 1101.5); west 2 writes from 1101.0
+		$lease->('rd', 'r2', 330, 'shared', 1100.0, 1100.1, 'east', 1, 2000, 1101.5),
+		$lease->('we', 'r2', 340, 'exclusive', 1100.9, 1101.0, 'west', 2, 2000, 1101.2),
+		# r3: east 1 writes [1200.1, 1201.5); west 2 reads from 1201.0,
+		# told its lease is exclusive
+		$lease->('wf', 'r3', 350, 'exclusive', 1200.0, 1200.1, 'east', 1, 2000, 1201.5),
+		$lease->('rg', 'r3', 360, 'shared', 1200.9, 1201.0, 'west', 2, 2000, 1201.2, 'exclusive'),
+		# r4: a reader granted after a writer returned, and after it let
+		# go, with a smaller token; then a writer after the reader let go
+		$lease->('wh', 'r4', 400, 'exclusive', 1300.0, 1300.1, 'east', 1, 500, 1300.3),
+		$lease->('ri', 'r4', 390, 'shared', 1301.0, 1301.1, 'west', 2, 500, 1301.3),
+		$lease->('wj', 'r4', 410, 'exclusive', 1302.0, 1302.1, 'east', 1, 500, 1302.3),
+		# r5: the same reader session again, and a writer after both
+		$lease->('rk', 'r5', 500, 'shared', 1400.0, 1400.1, 'east', 1, 2000, 1400.5),
+		$lease->('rl', 'r5', 510, 'shared', 1400.2, 1400.3, 'east', 1, 2000, 1400.6),
+		$lease->('wm', 'r5', 520, 'exclusive', 1400.7, 1400.8, 'west', 2, 2000, 1401.0));
+	my $r = FeatureSoakCheck::check(events => \@ev, faults => [], audit => []);
+	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}($_->{modes})" } @{ $r->{overlaps} }),
+		'r2:rd/we(shared exclusive) r3:wf/rg(exclusive shared)',
+		"checker self-test: a writer inside a reader's lease, and a reader inside a writer's, are overlaps");
+	is(join(' ', map { "$_->{res}:$_->{first}/$_->{second}" } @{ $r->{together} }),
+		'r1:ra/rb r1:ra/rc r1:rb/rc',
+		'checker self-test: readers of different holders together are counted apart, not reported');
+	is(join(' ', map { "$_->{res}:$_->{earlier}/$_->{later}" } @{ $r->{token_order} }), 'r4:wh/ri',
+		"checker self-test: a reader's token below an earlier writer's is reported");
+	is(join(' ', map { "$_->{lease}:$_->{asked}/$_->{told}" } @{ $r->{mode_bad} }),
+		'rg:shared/exclusive',
+		'checker self-test: a lease read back in another mode is reported');
+	is(join(' ', map { "$_:$r->{modes}{$_}" } sort keys %{ $r->{modes} }), 'exclusive:5 shared:8',
+		'checker self-test: the grants are counted by their mode');
 }
 
 # ---------- 2. the nodes, one of them on a clock it can jump ----------
@@ -1015,18 +1071,26 @@ my $history = FeatureSoakCheck::read_history(grep { -e } @files);
 my $rep = FeatureSoakCheck::check(events => $history, faults => \@faults, audit => \@audit);
 
 # waits that ended in a grant: was the holder before on this server or the
-# other (a local wake-up or handoff, or one across the servers)?
+# other (a local wake-up or handoff, or one across the servers)?  (A reader
+# after a reader waited for no one.)
 my (%waited, %prev);
 for my $l (sort { $a->{ret} <=> $b->{ret} } @{ $rep->{leases} })
 {
 	my $p = $prev{ $l->{res} };
-	if ($p && $l->{ret} - $l->{start} > 0.05 && $l->{start} < $p->{to})
+	if ($p && $l->{ret} - $l->{start} > 0.05 && $l->{start} < $p->{to}
+		&& !($p->{mode} eq 'shared' && $l->{mode} eq 'shared'))
 	{
 		$waited{ $p->{server} eq $l->{server} ? 'local' : 'other server' }++;
 	}
 	$prev{ $l->{res} } = $l;
 }
 my $kept_alive = grep { $_->{kind} eq 'keepalive' && $_->{to} - $_->{ret} > 2.0 } @{ $rep->{leases} };
+my $kept_alive_shared =
+  grep { $_->{kind} eq 'shared-keepalive' && $_->{to} - $_->{ret} > 2.0 } @{ $rep->{leases} };
+# readers together, and of them those of the two servers
+my @together = @{ $rep->{together} };
+my %server_of = map { $_->{lease} => $_->{server} } @{ $rep->{leases} };
+my $together_across = grep { $server_of{ $_->{first} } ne $server_of{ $_->{second} } } @together;
 my $minutes = ($deadline - $t0) / 60;
 my $control_grants = grep { $_->{ret} < $control_end } @{ $rep->{leases} };
 my $quarantine_seen = 0;
@@ -1049,6 +1113,10 @@ $summary .= sprintf("  %-50s %d\n", "a set's lease next to another holder's", $m
 $summary .= sprintf("  %-50s %d\n", 'waits granted after a holder on this server', $waited{local} // 0);
 $summary .= sprintf("  %-50s %d\n", 'waits granted after a holder on the other', $waited{'other server'} // 0);
 $summary .= sprintf("  %-50s %d\n", 'keep-alive leases held past their TTL', $kept_alive);
+$summary .= sprintf("  %-50s %d\n", 'SHARED: leases granted', $rep->{modes}{shared} // 0);
+$summary .= sprintf("  %-50s %d\n", 'SHARED: keep-alive leases held past their TTL', $kept_alive_shared);
+$summary .= sprintf("  %-50s %d (%d across the servers)\n", 'SHARED: overlaps of two readers (allowed)',
+	scalar @together, $together_across);
 $summary .= sprintf("  %-50s %d\n", 'fenced writes accepted', $rep->{writes_ok});
 $summary .= sprintf("  %-50s %d\n", "fenced writes refused: $_", $rep->{writes_refused}{$_})
   for sort keys %{ $rep->{writes_refused} };
@@ -1074,6 +1142,10 @@ $summary .= sprintf("  %-50s %d\n", 'STATEMENTS over their wait_ms + 2 s', scala
 $summary .= sprintf("  %-50s %.1f s\n", 'node clock ahead after the jumps', $max_skew) if $max_skew;
 $summary .= sprintf("  %-50s %d\n", 'OVERLAPS of two holders', scalar @{ $rep->{overlaps} });
 $summary .= sprintf("  %-50s %d\n", 'of which on a resource of a set', scalar grep { $_->{multi} } @{ $rep->{overlaps} });
+$summary .= sprintf("  %-50s %d\n", 'of which SHARED: a reader and a writer',
+	scalar grep { $_->{shared} } @{ $rep->{overlaps} });
+$summary .= sprintf("  %-50s %d\n", 'MODES: leases read back in another mode',
+	scalar @{ $rep->{mode_bad} });
 $summary .= sprintf("  %-50s %d\n", 'MULTI: sets not held whole (all or none)', scalar @{ $rep->{multi_bad} });
 $summary .= sprintf("  %-50s %d\n", 'overlaps after a clock jump (known limit)', scalar @{ $rep->{overlaps_clock} });
 $summary .= sprintf("  %-50s %d\n", 'TOKENS out of grant order', scalar @{ $rep->{token_order} });
@@ -1093,16 +1165,18 @@ diag "\n$summary";
 }
 for my $o (@{ $rep->{overlaps} }, @{ $rep->{overlaps_clock} }, @{ $rep->{overlaps_wipe} })
 {
-	diag sprintf("overlap on %s: %s and %s (tokens %s), %.3f s from %.3f",
-		$o->{res}, $o->{first}, $o->{second}, $o->{tokens}, $o->{to} - $o->{from}, $o->{from} - $t0);
+	diag sprintf("overlap on %s: %s and %s (tokens %s, %s), %.3f s from %.3f",
+		$o->{res}, $o->{first}, $o->{second}, $o->{tokens}, $o->{modes}, $o->{to} - $o->{from},
+		$o->{from} - $t0);
 }
 # the two leases of an overlap, as their holders saw them (times from the start)
 sub show_lease
 {
 	my ($id) = @_;
 	my ($l) = grep { $_->{lease} eq $id } @{ $rep->{leases} };
-	return sprintf("  %s %s on %s token %s: call %.3f, granted %.3f, told %s, cut %s\n",
-		$l->{lease}, $l->{kind}, $l->{server}, $l->{tok}, $l->{start} - $t0, $l->{ret} - $t0,
+	return sprintf("  %s %s (%s) on %s token %s: call %.3f, granted %.3f, told %s, cut %s\n",
+		$l->{lease}, $l->{kind}, $l->{mode}, $l->{server}, $l->{tok}, $l->{start} - $t0,
+		$l->{ret} - $t0,
 		join(' ', map { sprintf('%.3f+%d', $_->[0] - $t0, $_->[1]) } @{ $l->{seen} // [] }),
 		defined $l->{cut} ? sprintf('%.3f', $l->{cut} - $t0) : '-');
 }
@@ -1125,6 +1199,8 @@ diag "set $_->{set} ($_->{kind}, $_->{res}) not held whole: $_->{why}" for @{ $r
 diag "token order: $_->{res}: $_->{earlier} ($_->{earlier_tok}) before $_->{later} ($_->{later_tok})"
   for @{ $rep->{token_order} };
 diag "fence: row $_->{row} accepted $_->{new} after $_->{old} ($_->{writer})" for @{ $rep->{fence} };
+diag sprintf("mode: %s on %s asked %s, read back %s at %.3f", $_->{lease}, $_->{res}, $_->{asked},
+	$_->{told}, $_->{t} - $t0) for @{ $rep->{mode_bad} };
 diag sprintf("slow: %s on %s took %.3f s with wait_ms %d, sent at %.3f", $_->{what}, $_->{server},
 	$_->{d}, $_->{w}, $_->{t} - $t0) for @{ $rep->{slow} };
 
@@ -1172,8 +1248,55 @@ cmp_ok($multi->{met}, '>', 0, "sets' leases came next to other holders' leases o
 			  . " is moved into set $in->{set}'s lease of it ($in->{lease})");
 	}
 }
+# the same with shared leases: another holder's exclusive grant moved
+# into a reader's lease is an overlap; another reader's grant moved there
+# is none (readers together)
+for my $mode ('exclusive', 'shared')
+{
+	my ($in, $later);
+	for my $l (grep { $_->{mode} eq 'shared' && $_->{to} - $_->{ret} > 0.05 } @{ $rep->{leases} })
+	{
+		($later) = grep {
+			$_->{res} eq $l->{res} && $_->{mode} eq $mode && !defined $_->{set}
+			  && $_->{ret} > $l->{to} && $_->{to} - $_->{ret} > 0.05
+			  && !($_->{server} eq $l->{server} && $_->{pid} == $l->{pid})
+		} @{ $rep->{leases} };
+		$in = $l, last if $later;
+	}
+	ok($in, "a shared lease was followed by another holder's $mode lease of its resource");
+	next unless $in;
+	my ($other) = grep { $_->{ev} eq 'grant' && $_->{lease} eq $later->{lease} } @$history;
+	my %moved = (%$other, start => $in->{ret}, ret => $in->{ret} + 0.01);
+	my $m = FeatureSoakCheck::check(events => [ map { $_ == $other ? \%moved : $_ } @$history ],
+		faults => \@faults, audit => []);
+	my $pair = sub {
+		return grep { $_->{first} eq $in->{lease} && $_->{second} eq $other->{lease} } @_;
+	};
+	my @flagged = $pair->(map { @{ $m->{$_} } } qw(overlaps overlaps_clock overlaps_wipe));
+	my @along = $pair->(@{ $m->{together} });
+	if ($mode eq 'exclusive')
+	{
+		ok(@flagged == 1 && $flagged[0]{shared} && !@along,
+			"the checker finds an overlap once another holder's exclusive grant of $in->{res}"
+			  . " ($other->{lease}) is moved into a shared lease of it ($in->{lease})");
+	}
+	else
+	{
+		ok(!@flagged && @along == 1,
+			"the checker finds no overlap, but readers together, once another reader's grant of"
+			  . " $in->{res} ($other->{lease}) is moved into a shared lease of it ($in->{lease})");
+	}
+}
 cmp_ok($rep->{observed}, '>', $rep->{grants} * 0.8, 'most leases were observed by their holders');
 cmp_ok($kept_alive, '>', 0, 'keep-alive leases were held past their TTL');
+cmp_ok($rep->{modes}{shared} // 0, '>', 0, 'shared leases were granted');
+for my $k (qw(shared shared-xact shared-keepalive))
+{
+	cmp_ok($rep->{kinds}{$k} // 0, '>', 0, "shared leases of kind $k were granted");
+}
+cmp_ok($kept_alive_shared, '>', 0, 'shared keep-alive leases were held past their TTL');
+cmp_ok(scalar @together, '>', 0, 'readers of different sessions held a resource together');
+cmp_ok($together_across, '>', 0, 'readers of the two servers held a resource together');
 cmp_ok($waited{local} // 0, '>', 0, 'waiters were granted after a holder on their own server');
 cmp_ok($waited{'other server'} // 0, '>', 0, 'waiters were granted after a holder on the other server');
 cmp_ok($rep->{writes_ok}, '>', 0, 'fenced writes were accepted');
@@ -1189,6 +1312,9 @@ cmp_ok($quarantine_seen, '>', 0, 'the servers quarantined nodes that restarted i
 cmp_ok($max_skew, '>', 3, "libfaketime moved the node's clock forward") if defined $fake_node;
 is(scalar @{ $rep->{overlaps} }, 0,
 	'no two holders held a resource at once (outside clock jumps; wipes included, under the quarantine)');
+is(scalar(grep { $_->{shared} } @{ $rep->{overlaps} }), 0,
+	'no shared lease overlapped an exclusive one (the same exceptions)');
+is(scalar @{ $rep->{mode_bad} }, 0, 'every lease was read back in the mode it asked for');
 is(scalar @{ $rep->{multi_bad} }, 0, 'every set of several resources was held whole (all or none)');
 is(scalar @{ $rep->{token_order} }, 0, 'tokens increase in the order of the grants');
 is(scalar @{ $rep->{fence} }, 0, 'every fenced row accepted only increasing tokens');
