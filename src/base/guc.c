@@ -31,7 +31,7 @@
 
 const RlNodeList *rl_node_list = NULL;
 int			rl_connect_timeout_ms = 200;
-int			rl_node_timeout_ms = 50;
+int			rl_node_timeout_ms = 250;
 double		rl_drift_factor = 0.01;
 int			rl_retry_delay_ms = 200;
 int			rl_retry_jitter_ms = 100;
@@ -430,9 +430,9 @@ rl_define_gucs(void)
 
 	DefineCustomIntVariable("redlock.node_timeout",
 							"Time a Redis node has to answer one request.",
-							"Keep it small against lease TTLs: a stalled node then costs at most this much.",
+							"A round returns once a majority answered: this bounds only the wait for a node the round still needs.  Keep it small against lease TTLs.",
 							&rl_node_timeout_ms,
-							50, 1, 60000,
+							250, 1, 60000,
 							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
