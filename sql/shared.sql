@@ -51,6 +51,17 @@ SELECT pg_temp.outcome($$SELECT redlock_lock_shared('s:a')$$);
 SELECT redlock_unlock_shared('s:a');
 SELECT redlock_unlock('s:a');
 
+-- a lease that ran out keeps its mode (and its holds) until dropped
+SELECT redlock_lock_shared('s:exp', 100) > 0 AS held;
+SELECT pg_sleep(0.3);
+SELECT validity_ms, mode FROM redlock_leases WHERE resource = 's:exp';
+SELECT pg_temp.outcome($$SELECT redlock_lock('s:exp')$$);
+\set VERBOSITY terse
+SELECT redlock_unlock_shared('s:exp');
+\set VERBOSITY default
+SELECT redlock_try_lock('s:exp') > 0 AS exclusive_now;
+SELECT redlock_unlock('s:exp');
+
 -- transaction leases: released at commit and at rollback
 BEGIN;
 SELECT redlock_xact_lock_shared('s:x', 5000) > 0 AS held;

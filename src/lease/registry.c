@@ -84,15 +84,15 @@ rl_registry_enter(const char *resource)
 
 /*
  * A session holds a resource in one mode at a time: asking for the other
- * mode while it holds a valid lease is an error (55000), raised before
- * anything is asked.
+ * mode while it holds a lease is an error (55000), raised before anything
+ * is asked.  Also a lease that ran out: it stays in the session with its
+ * holds, of its mode, until they are dropped.
  */
 void
 rl_registry_check_mode(const RlLease *lease, bool shared)
 {
 	if (lease == NULL || lease->state != RL_LEASE_HELD ||
-		lease->shared == shared ||
-		rl_registry_valid_until(lease) <= rl_now_us())
+		lease->shared == shared)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
