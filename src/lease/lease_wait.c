@@ -109,29 +109,40 @@ rl_wait_sleep_ms(int64_t holder_expiry, int64_t started_us, int wait_ms,
  * a wake-up ends the sleep before the backstop: the latch is also set by
  * PostgreSQL's own timers and signals, which say nothing of the lease.
  * Also the multi-resource and shared waits' (lease_multi_wait.c).
+ *
+ * The rows' wake marks are read before each sleep, not only after: a
+ * wake-up that came while the caller still asked the nodes (a release
+ * during its attempt, a handoff heard by the wake-up worker before the
+ * attempt's round returned) is in the mark, but its latch may be gone.
+ * The waits of a round reset the latch, and one on the dispatcher's
+ * shared connections cannot tell a wake-up from the worker's "done" when
+ * both came before it looked (shared_rounds_backend.c): sleeping on the
+ * latch alone would then last until the backstop.
  */
 void
 rl_wait_sleep(long delay_ms, const int *slots, int nslots)
 {
 	int64_t		until_us = rl_now_us() + (int64_t) delay_ms * 1000;
+	bool		over = false;
 
 	for (;;)
 	{
 		int			rc;
 		bool		woken = false;
 
+		for (int i = 0; i < nslots; i++)
+			woken |= rl_lock_table_take_wake(slots[i]);
+		if (woken || over)
+			break;
+
 		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					   delay_ms, rl_wait_event_lease());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 
-		for (int i = 0; i < nslots; i++)
-			woken |= rl_lock_table_take_wake(slots[i]);
-		if (woken || (rc & WL_TIMEOUT) != 0)
-			break;
+		/* one more look at the marks, then the backstop ends the sleep */
 		delay_ms = (long) ((until_us - rl_now_us() + 999) / 1000);
-		if (delay_ms <= 0)
-			break;
+		over = (rc & WL_TIMEOUT) != 0 || delay_ms <= 0;
 	}
 }
 

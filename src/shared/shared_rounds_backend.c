@@ -340,6 +340,10 @@ give_up(RlSharedSlot *s, RlRequest *req, const char *why)
  * while the dispatcher lives; node_timeout once it is gone.  A round the
  * worker has not taken within node_timeout is taken back
  * (rl_shared_reclaim): false, the caller runs it on our own connections.
+ * *woken: the latch was set while the round was not done.  A latch found
+ * set with the round done is taken for the worker's: a wake-up that came
+ * just before is not told apart, and is not passed on (a lease waiter
+ * reads its lock table row's wake mark before it sleeps, rl_wait_sleep).
  */
 static bool
 await_slot(RlSharedSlot *s, RlRequest *req, bool *woken)

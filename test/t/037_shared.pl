@@ -7,8 +7,9 @@
 # behind it is granted when it releases, across servers.  A keep-alive
 # reader outlives its TTL; the lock lives as long as its last reader; a
 # reader terminated releases at exit, one killed leaves its place to its
-# TTL, one cancelled while it waits leaves nothing.  Real Redis nodes and
-# two real clusters.
+# TTL, one cancelled while it waits leaves nothing.  A reader woken while
+# its own round is still in the dispatcher's hands is granted at once, not
+# at the retry delay.  Real Redis nodes and two real clusters.
 use strict;
 use warnings FATAL => 'all';
 
@@ -140,6 +141,62 @@ my (undef, $after_k) = granted_after($w, $killed);
 cmp_ok($after_k, '>=', 2.5, 'a reader killed keeps the resource until its TTL');
 cmp_ok($after_k, '<', 3 + 10, '... and no longer');
 $w->query_safe("SELECT redlock_unlock('sh:x')");
+
+# --- a wake-up that comes while the waiter's own round is still out
+# (here, on the dispatcher's shared connections) is not lost: the waiter
+# reads its wake mark before it sleeps, not only its latch.  East's rounds
+# go through the dispatcher; a writer of west holds the resource and a
+# reader of east waits for it.  A second reader of east asks with the
+# dispatcher stopped: its round stays queued, and the session is stopped
+# in its wait for the round (its node_timeout is long: it does not take
+# the round back).  The dispatcher goes on and hands the round back (the
+# nodes refused: the writer holds), then the writer's release wakes both
+# readers while the second one is still stopped: its latch was set for
+# the round and for the release, and is seen once.  Both readers must be
+# granted at once, not at the 60 s retry delay.  (The second reader's
+# session idles 11 s before its call: PostgreSQL's idle statistics flush,
+# armed for up to 10 s when a session goes idle, would otherwise set its
+# latch in the sleep and end it anyway.)
+$east->append_conf('postgresql.conf', "redlock.shared_connections = always\n");
+reload_seen($east);
+my $rb = session($east);
+my $rbpid = $rb->query_safe('SELECT pg_backend_pid()');
+$rb->query_safe("SET redlock.node_timeout = '60s'");
+my $idle_since = time;
+my $hw = session($west);
+$hw->query_safe("SELECT redlock_lock('sh:d', 60000)");
+my ($ra, $rapid) = remote_waiter($east, 'sh:d', \@redis,
+	call => "redlock_lock_shared('sh:d', 60000)", settled => 1);
+usleep(1_000_000 * ($idle_since + 11 - time)) if time < $idle_since + 11;
+my $disp = worker_pid($east, 'dispatcher');
+my $evals = command_calls('eval', @redis);
+my $asked = attempts($east);
+kill 'STOP', $disp;
+$rb->query_until(qr/waiting/,
+	"\\echo waiting\nSELECT redlock_lock_shared('sh:d', 60000) AS got \\gset\n");
+ok(wait_for(sub {
+	attempts($east) > $asked && $east->safe_psql('postgres',
+		"SELECT wait_event_type = 'Extension' FROM pg_stat_activity WHERE pid = $rbpid") eq 't'
+}), 'a reader asks with the dispatcher stopped: it waits for its round');
+kill 'STOP', $rbpid;
+kill 'CONT', $disp;
+ok(wait_for(sub { command_calls('eval', @redis) >= $evals + @redis }),
+	'the dispatcher runs its round on every node');
+$t0 = time;
+$hw->query_safe("SELECT redlock_unlock('sh:d')");
+my (undef, $after_a) = granted_after($ra, $t0);
+cmp_ok($after_a, '<', 10, 'the writer gone, the first reader is woken and granted');
+$t0 = time;
+kill 'CONT', $rbpid;
+my ($tb, $after_b) = granted_after($rb, $t0);
+like($tb, qr/^\d+$/, 'the reader stopped meanwhile is granted too');
+cmp_ok($after_b, '<', 10, '... at once: its wake-up, heard during its round, is not lost');
+$ra->query_safe("SELECT redlock_unlock_shared('sh:d')");
+$rb->query_safe("SELECT redlock_unlock_shared('sh:d')");
+ok(no_keys('sh:d', @redis), 'both gone: the lock is gone');
+$east->append_conf('postgresql.conf', "redlock.shared_connections = auto\n");
+reload_seen($east);
+$_->quit for $hw, $ra, $rb;
 
 # --- a waiting reader cancelled leaves nothing
 $r1 = session($east);
