@@ -185,13 +185,17 @@ rl_handoff_mark_only(RlOffer *offer)
  * offer of ours any more, nor a lock handed to one; and this offer only
  * where the node refused the attempt (or did not answer).  The nodes that
  * queued it said how many offers are ahead of it: the slot keeps what a
- * majority said, for redlock_locks.
+ * majority said, for redlock_locks.  Not won, the offer is on no node that
+ * granted the attempt (its round took the lock back there, announcing
+ * nothing) nor on one not asked: the wake-up worker counts their no at
+ * once (rl_handoff_remote_absent), as they never speak of it.
  */
 void
 rl_handoff_attempted(int slot, const RlOffer *offer, const RlRequest *req)
 {
 	int32_t		ahead[RL_MAX_NODES];
 	int			nqueued = 0;
+	uint32		absent = 0;
 
 	for (int n = 0; n < req->nnodes; n++)
 	{
@@ -200,6 +204,8 @@ rl_handoff_attempted(int slot, const RlOffer *offer, const RlRequest *req)
 
 		if (v == RL_VOTE_NO && req->results[n].queued)
 			ahead[nqueued++] = req->results[n].queued_ahead;
+		if (v == RL_VOTE_YES || req->results[n].in_backoff)
+			absent |= bit;
 
 		for (int i = 0; i < rl_left.n; i++)
 		{
@@ -213,7 +219,10 @@ rl_handoff_attempted(int slot, const RlOffer *offer, const RlRequest *req)
 	}
 	prune_left();
 	if (req->decision != RL_WON)
+	{
 		rl_lock_table_queued(slot, rl_queue_ahead(ahead, nqueued, req->nnodes));
+		rl_handoff_remote_absent(slot, absent);
+	}
 }
 
 /*

@@ -137,6 +137,7 @@ static struct
 	char		key[RL_KEY_MAX + 1];
 	int			keylen;
 	char		owner[RL_OWNER_LEN + 1];
+	bool		offered;		/* it leaves an offer where refused */
 } rl_in_flight;
 
 /* From here on an error must not leave the lease of owner behind. */
@@ -146,6 +147,7 @@ rl_proto_set_in_flight(const char *key, int keylen, const char *owner)
 	memcpy(rl_in_flight.key, key, keylen + 1);
 	rl_in_flight.keylen = keylen;
 	memcpy(rl_in_flight.owner, owner, RL_OWNER_LEN + 1);
+	rl_in_flight.offered = false;
 	rl_in_flight.active = true;
 }
 
@@ -226,7 +228,7 @@ failed:
 		if (!unset[i])
 		{
 			rl_proto_withdraw_attempt(key, keylen, grant->owner, unset,
-									  announce);
+									  announce, rl_in_flight.offered);
 			break;
 		}
 	}
@@ -309,6 +311,7 @@ rl_proto_acquire(const char *resource, const char *key, int keylen,
 						  argv, argvlen);
 
 	rl_proto_set_in_flight(key, keylen, grant->owner);
+	rl_in_flight.offered = offer != NULL && offer->offered[0] != '\0';
 	start_us = rl_now_us();
 	rl_nodes_run(req_out);
 	req_out->argv = NULL;

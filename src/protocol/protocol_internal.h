@@ -217,7 +217,7 @@ extern RlAttempt rl_proto_grant(RlGrant *grant, int64 token, int ttl_ms,
 								int64_t start_us);
 extern void rl_proto_withdraw_attempt(const char *key, int keylen,
 									  const char *owner, const bool *skip,
-									  bool announce);
+									  bool announce, bool offered);
 extern void rl_proto_eval_header(const char **argv, size_t *argvlen,
 								 const char *script, size_t scriptlen,
 								 const char *numkeys);

@@ -112,13 +112,23 @@ RL_LUA_READERS
 
 /*
  * The withdrawal of an attempt that was refused: RELEASE_HANDOVER_SCRIPT
- * for one key, announcing nothing.  The lock was never ours on a majority, so
- * nobody waits for it to go; a publish would wake every waiter, ours
- * included, only to be refused again by the holder.  Its offer stays: the
- * caller still waits.
+ * for one key, announcing nothing to other waiters.  The lock was never
+ * ours on a majority, so nobody waits for it to go; a free lock announced
+ * would wake every waiter, ours included, only to be refused again by the
+ * holder.  Its offer stays on the nodes that refused it: the caller still
+ * waits.  Where the lock was the attempt's, and the attempt left an offer
+ * (ARGV[2] not ''; a try, or one that only leaves the marker, did not),
+ * the node says "offer -" (the attempt's offer value, rl_offer_value): the
+ * offer is not there and never handed over there.  The wake-up worker
+ * counts that node's no for the offer, whose handoff elsewhere would
+ * otherwise wait for its word until node_timeout (lock_table_remote.c);
+ * other servers' workers ignore the message.
  */
 static const char WITHDRAW_SCRIPT[] =
 "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+"  if ARGV[2] ~= '' then\n"
+"    redis.pcall('PUBLISH', KEYS[1], 'w' .. string.sub(ARGV[1], 2) .. ' -')\n"
+"  end\n"
 "  return redis.call('DEL', KEYS[1])\n"
 "end\n"
 "return 0\n";
@@ -203,10 +213,12 @@ rl_proto_release_one(const char *key, int keylen, const char *owner,
  * release.  Announced (published) only when the lock was held on a
  * majority meanwhile, or when the attempt was a handoff (whose release of
  * the previous holder announced nothing): then someone may wait for it.
+ * offered: the attempt left an offer where it was refused; a node where
+ * it had set the lock says that the offer is not there (WITHDRAW_SCRIPT).
  */
 void
 rl_proto_withdraw_attempt(const char *key, int keylen, const char *owner,
-				 const bool *skip, bool announce)
+						  const bool *skip, bool announce, bool offered)
 {
 	const char *argv[6 + RL_EPOCH_ARGS];
 	size_t		argvlen[6 + RL_EPOCH_ARGS];
@@ -222,9 +234,9 @@ rl_proto_withdraw_attempt(const char *key, int keylen, const char *owner,
 	argvlen[3] = keylen;
 	argv[4] = owner;
 	argvlen[4] = strlen(owner);
-	argv[5] = rl_key_prefix;	/* RELEASE_HANDOVER_SCRIPT's; WITHDRAW_SCRIPT
-								 * ignores it */
-	argvlen[5] = strlen(rl_key_prefix);
+	/* RELEASE_HANDOVER_SCRIPT's prefix; WITHDRAW_SCRIPT's "say where" */
+	argv[5] = announce ? rl_key_prefix : offered ? "1" : "";
+	argvlen[5] = strlen(argv[5]);
 	rl_proto_request_init(&req, RL_REPLY_COUNT, RL_GOAL_ANSWERS,
 						  6 + rl_proto_epoch_args(argv + 6, argvlen + 6),
 						  argv, argvlen);

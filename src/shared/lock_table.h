@@ -149,6 +149,9 @@ extern bool rl_lock_table_hand_over(const RlClaim *claim, const RlHandoff *ho);
 /* a handoff by a holder on another server: lock_table_remote.c */
 extern bool rl_handoff_remote_possible(int slot);
 extern void rl_handoff_remote_offer(int slot, const RlOffer *offer);
+extern void rl_handoff_remote_absent(int slot, uint32 absent);
+extern void rl_handoff_remote_not_here(int node, const char *key,
+									   const char *value);
 extern void rl_handoff_remote_nodes(uint64_t nodes);
 extern void rl_handoff_remote_heard(int node, const char *key,
 									const char *value, int64 counter,

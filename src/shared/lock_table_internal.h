@@ -103,6 +103,8 @@ typedef struct RlSlot
 	int64		remote_proposal;
 	int64_t		remote_since_us;	/* before that attempt was sent */
 	uint64_t	remote_nodes;	/* its rl_nodes_fingerprint() */
+	uint32		remote_absent;	/* nodes it is not on: they never hand it
+								 * over (rl_handoff_remote_absent) */
 	RlRemoteState remote;
 	RlHandoff	remote_result;
 	int64_t		collect_since_us;	/* when collecting began */

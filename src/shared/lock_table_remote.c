@@ -17,7 +17,10 @@
  * lock to it votes yes, with its fencing counter; one that left the lock
  * free votes no.  A node that handed it to another waiter says nothing of
  * ours (that one was ahead in its queue, and ours comes at a later
- * release there).  At a majority either way, when every node spoke, or
+ * release there).  A node where the attempt itself set the lock, taken
+ * back since (the round was not won), never has the offer: the waiter
+ * says so after its attempt, or the node at the withdrawal ("offer -"),
+ * and it votes no.  At a majority either way, when every node spoke, or
  * node_timeout after the first message, the outcome goes to the waiter
  * (done, its latch set), which settles it as its own attempt
  * (protocol_handoff.c).
@@ -81,6 +84,7 @@ rl_handoff_remote_offer(int slot, const RlOffer *offer)
 	s->remote_proposal = offer->proposal;
 	s->remote_since_us = offer->since_us;
 	s->remote_nodes = rl_nodes_fingerprint();
+	s->remote_absent = 0;
 	s->remote = RL_REMOTE_NONE;
 	s->queue_ahead = -1;
 	LWLockRelease(rl_table->lock);
@@ -117,6 +121,94 @@ rl_remote_end_collecting(RlSlot *s)
 	s->woken = true;
 }
 
+/* Has the collection of ho enough of the nodes' word to end? */
+static bool
+collection_decided(const RlHandoff *ho)
+{
+	RlTally		t = rl_tally(ho->votes, ho->nnodes);
+
+	return t.yes >= rl_majority(ho->nnodes) ||
+		t.no > ho->nnodes - rl_majority(ho->nnodes) || t.pending == 0;
+}
+
+/*
+ * Lock held.  The offer of slot is not on the nodes in absent: they never
+ * hand it over, nor say anything more of it, and say no from now on.  Else
+ * a collection with a no elsewhere (a node whose "free" came just before
+ * our offer got there) waited for them until node_timeout, the waiter
+ * asleep in it and the readers its offer refuses meanwhile asleep until
+ * their retry delay.  Returns whether that ended the collection (the
+ * waiter's wake mark is set; the caller sets its latch if need be).
+ */
+static bool
+mark_absent(RlSlot *s, uint32 absent)
+{
+	RlHandoff  *ho = &s->remote_result;
+
+	s->remote_absent |= absent;
+	if (s->remote != RL_REMOTE_COLLECTING)
+		return false;
+	for (int n = 0; n < ho->nnodes; n++)
+		if ((absent & ((uint32) 1 << n)) != 0 &&
+			ho->votes[n] == RL_VOTE_PENDING)
+			ho->votes[n] = RL_VOTE_NO;
+	if (!collection_decided(ho))
+		return false;
+	rl_remote_end_collecting(s);
+	return true;
+}
+
+/*
+ * After a refused attempt of the waiter in slot: the nodes (bits of absent)
+ * where the offer it left is not, since the attempt won there (and its
+ * round, not won, took the lock back: WITHDRAW_SCRIPT), or did not ask
+ * them (in backoff).  A node that had not answered when the round ended
+ * says so itself, if the lock was the attempt's there
+ * (rl_handoff_remote_not_here).  The waiter is about to sleep: a
+ * collection this ends wakes it by its wake mark (rl_wait_sleep reads it
+ * first).
+ */
+void
+rl_handoff_remote_absent(int slot, uint32 absent)
+{
+	if (rl_table == NULL || slot < 0 || absent == 0)
+		return;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	(void) mark_absent(&rl_table->slots[slot], absent);
+	LWLockRelease(rl_table->lock);
+}
+
+/*
+ * Node node says that an attempt whose offer is value was withdrawn where
+ * it had set key (WITHDRAW_SCRIPT): the offer is not on the node.
+ */
+void
+rl_handoff_remote_not_here(int node, const char *key, const char *value)
+{
+	int			procno = -1;
+	uint32		hash;
+
+	if (rl_table == NULL || node < 0 || node >= rl_nodes_count())
+		return;
+	LWLockAcquire(rl_table->lock, LW_EXCLUSIVE);
+	for (int i = rl_key_chain(rl_table, key, &hash); i >= 0;
+		 i = rl_table->slots[i].chain_next)
+	{
+		RlSlot	   *s = &rl_table->slots[i];
+
+		if (s->granted || !RL_SLOT_OF_KEY(s, hash, key) ||
+			s->remote_nodes != rl_table->wakeup_nodes ||
+			strcmp(s->remote_offered, value) != 0)
+			continue;
+		if (mark_absent(s, (uint32) 1 << node))
+			procno = s->procno;
+		break;					/* an offer value is one waiter's */
+	}
+	LWLockRelease(rl_table->lock);
+	if (procno >= 0)
+		SetLatch(rl_latch_of(procno));
+}
+
 /*
  * Node node says that key was released and handed to value (with the
  * counter before), or left free (value NULL).  free_nodes: the nodes that
@@ -132,7 +224,6 @@ rl_handoff_remote_heard(int node, const char *key, const char *value,
 	int			wake[RL_WAKE_MAX];
 	int			nwake = 0;
 	int			nnodes = rl_nodes_count();
-	int			majority = rl_majority(nnodes);
 	int64_t		now = rl_now_us();
 	uint32		hash;
 
@@ -146,7 +237,6 @@ rl_handoff_remote_heard(int node, const char *key, const char *value,
 		RlSlot	   *s = &rl_table->slots[i];
 		RlHandoff  *ho = &s->remote_result;
 		bool		ours;
-		RlTally		t;
 
 		if (s->granted || s->remote_offered[0] == '\0' ||
 			!RL_SLOT_OF_KEY(s, hash, key) ||
@@ -162,11 +252,14 @@ rl_handoff_remote_heard(int node, const char *key, const char *value,
 			ho->nnodes = nnodes;
 			for (int n = 0; n < nnodes; n++)
 				ho->votes[n] = RL_VOTE_PENDING;
-			/* left free, after our attempt had left the offer: not ours */
-			if (free_since_us >= s->remote_since_us)
-				for (int n = 0; n < nnodes; n++)
-					if ((free_nodes & ((uint32) 1 << n)) != 0)
-						ho->votes[n] = RL_VOTE_NO;
+			/*
+			 * Left free after our attempt had left the offer, or never to
+			 * have it (rl_handoff_remote_absent): not ours
+			 */
+			for (int n = 0; n < nnodes; n++)
+				if (((free_since_us >= s->remote_since_us ? free_nodes : 0) |
+					 s->remote_absent) & ((uint32) 1 << n))
+					ho->votes[n] = RL_VOTE_NO;
 			s->collect_since_us = now;
 			s->remote = RL_REMOTE_COLLECTING;
 			rl_collecting = true;
@@ -177,10 +270,13 @@ rl_handoff_remote_heard(int node, const char *key, const char *value,
 		 * may be older than the others' word on us: each node's messages
 		 * come in order, but not in order with another node's), and the
 		 * node still hands it to us at a later release.  Only a lock left
-		 * free there says no.
+		 * free there says no, and a handoff to us that the node announces
+		 * after it turns that into a yes: the lock was left free before
+		 * our offer got there.
 		 */
-		if (s->remote != RL_REMOTE_COLLECTING ||
-			ho->votes[node] != RL_VOTE_PENDING || (value != NULL && !ours))
+		if (s->remote != RL_REMOTE_COLLECTING || (value != NULL && !ours) ||
+			(ho->votes[node] != RL_VOTE_PENDING &&
+			 (!ours || ho->votes[node] != RL_VOTE_NO)))
 			continue;
 		if (ours)
 		{
@@ -189,8 +285,7 @@ rl_handoff_remote_heard(int node, const char *key, const char *value,
 		}
 		else
 			ho->votes[node] = RL_VOTE_NO;
-		t = rl_tally(ho->votes, nnodes);
-		if (t.yes >= majority || t.no > nnodes - majority || t.pending == 0)
+		if (collection_decided(ho))
 		{
 			rl_remote_end_collecting(s);
 			wake[nwake++] = s->procno;

@@ -122,7 +122,9 @@ forget_all(HTAB *notes)
  * A message on a lock key's channel: empty for a release that left the lock
  * free, "value counter" for one that handed it to the waiter whose
  * offer was on the node (protocol_release.c).  The lock is not free then: only the
- * waiter named hears of it (lock_table_remote.c).
+ * waiter named hears of it (lock_table_remote.c).  "value -": an attempt
+ * refused elsewhere was withdrawn where it had set the lock, and its offer
+ * value is not on the node (WITHDRAW_SCRIPT): only its waiter hears of it.
  */
 static void
 on_message(int node, const char *key, const char *payload, size_t len)
@@ -143,6 +145,13 @@ on_message(int node, const char *key, const char *payload, size_t len)
 		return;
 	memcpy(text, payload, len);
 	text[len] = '\0';
+	if (len > 2 && strcmp(text + len - 2, " -") == 0)
+	{
+		/* an attempt withdrawn there: its offer is not on the node */
+		text[len - 2] = '\0';
+		rl_handoff_remote_not_here(node, key, text);
+		return;
+	}
 	freed = hash_search(rl_heard, key, HASH_FIND, NULL);
 	if (sscanf(text, "%100s %lld", owner, &counter) == 2)
 		rl_handoff_remote_heard(node, key, owner, counter,

@@ -9,7 +9,9 @@
 # reader terminated releases at exit, one killed leaves its place to its
 # TTL, one cancelled while it waits leaves nothing.  A reader woken while
 # its own round is still in the dispatcher's hands is granted at once, not
-# at the retry delay.  Real Redis nodes and two real clusters.
+# at the retry delay.  A writer whose attempt won a node and was refused on
+# the others is granted at once when handed the lock, not at node_timeout.
+# Real Redis nodes and two real clusters.
 use strict;
 use warnings FATAL => 'all';
 
@@ -197,6 +199,41 @@ ok(no_keys('sh:d', @redis), 'both gone: the lock is gone');
 $east->append_conf('postgresql.conf', "redlock.shared_connections = auto\n");
 reload_seen($east);
 $_->quit for $hw, $ra, $rb;
+
+# --- a writer's attempt that wins a node where no reader is, and is
+# refused where one is, takes the lock back on that node announcing nothing
+# and leaves its offer on the others only: that node never speaks of the
+# offer.  Here a reader of west holds the resource on nodes 1 and 2 (its
+# place on node 0 is taken away by hand), and the offer of east's writer is
+# taken out of node 1's queue, so that the reader's release leaves the lock
+# free there (one no) and hands it to the offer on node 2 (one yes).  The
+# wake-up worker must count node 0's no at once and wake the writer, which
+# asks again and is granted, not wait for node 0 until node_timeout (20 s
+# here).
+$east->append_conf('postgresql.conf', "redlock.node_timeout = '20s'\n");
+reload_seen($east);
+my $rs = session($west);
+$rs->query_safe("SELECT redlock_lock_shared('sh:s', 60000)");
+my $rv = $redis[0]->cli('ZRANGE', 'redlock:read:sh:s', '0', '-1');
+$redis[0]->cli('ZREM', 'redlock:read:sh:s', $rv);
+$redis[0]->cli('DEL', 'redlock:lock:sh:s');
+my ($ws, $wspid) = start_waiter($east, 'sh:s');
+ok(wait_for(sub { $redis[1]->cli('LLEN', 'redlock:wait:sh:s') == 1
+			  && $redis[2]->cli('LLEN', 'redlock:wait:sh:s') == 1
+			  && ($redis[0]->cli('GET', 'redlock:lock:sh:s') // '') eq '' }),
+	'the writer\'s attempt won node 0, took it back, and left its offer on nodes 1 and 2');
+usleep(300_000);
+$redis[1]->cli('DEL', 'redlock:wait:sh:s');
+$t0 = time;
+$rs->query_safe("SELECT redlock_unlock_shared('sh:s')");
+my ($tws, $after_ws) = granted_after($ws, $t0);
+ok($tws ne '', 'the reader gone, the writer is granted');
+cmp_ok($after_ws, '<', 5, '... at once, not at node_timeout');
+$ws->query_safe("SELECT redlock_unlock('sh:s')");
+$east->append_conf('postgresql.conf', "redlock.node_timeout = '250ms'\n");
+reload_seen($east);
+ok(no_keys('sh:s', @redis), 'released: the lock is gone');
+$_->quit for $rs, $ws;
 
 # --- a waiting reader cancelled leaves nothing
 $r1 = session($east);
