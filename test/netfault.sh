@@ -91,10 +91,20 @@ valid() {
 
 end=$((SECONDS + seconds))
 n=0
+part=
 while [ "$n" -lt 100000 ] && [ "$SECONDS" -lt "$end" ] && kill -0 "$parent" 2> /dev/null; do
-	# a writer writes a whole line at once (under PIPE_BUF): a timeout
-	# leaves no part of one behind
-	read -r -t 1 line <&3 || continue
+	# A writer writes a whole line at once (under PIPE_BUF), but read takes
+	# it a byte at a time, and its timeout can fire in the middle of a line
+	# (a helper kept off the CPU after the first byte): what it read then is
+	# kept, and the rest of the line follows it.  (Dropping it once cost a
+	# command its first digit, and its caller the answer it waited for.)
+	chunk=
+	if ! IFS= read -r -t 1 chunk <&3; then
+		part=$part$chunk
+		continue
+	fi
+	line=$part$chunk
+	part=
 	n=$((n + 1))
 	read -r id cmd addr port extra <<< "$line" || true
 	if ! [[ ${id:-} =~ ^[0-9]{1,9}$ ]]; then
