@@ -152,6 +152,7 @@ sub run_session
 	my %tok;    # lease id => token
 	my ($db, $data);
 	my %open;    # lease id => resource, of this connection
+	my %granted;    # kind => 1, once this session was granted a lease of it
 
 	# a connection, tried for up to 30 s (a server's crash-restart takes a
 	# few seconds)
@@ -233,6 +234,7 @@ sub run_session
 			mode => $mode, start => $start + 0, ret => $ret + 0, server => $a{server},
 			pid => $pid + 0, w => $w // 0, d => $r->{d});
 		$open{$id} = $res;
+		$granted{$kind} = 1;
 		return $id;
 	};
 	# a lock call over the resources @$rs at once: one grant event per
@@ -273,6 +275,7 @@ sub run_session
 			$open{$id} = $rs->[$i];
 			push @ids, $id;
 		}
+		$granted{$kind} = 1 if @ids;
 		# the set as its holder sees it: every resource's validity_ms,
 		# read in one scan of redlock_leases (one moment for all)
 		my $list = join(', ', map { "'$_'" } @$rs);
@@ -365,14 +368,30 @@ sub run_session
 
 	my $total = 0;
 	$total += $_->[1] for @KINDS;
+	# every kind is granted at least once per session, even in a short
+	# run full of faults: until it is, every other cycle tries a kind
+	# not granted yet, in an order of the session's own
+	my @todo = map { $_->[0] } sort { $a->[1] <=> $b->[1] } map { [ $_->[0], rand() ] } @KINDS;
+	my $cycle = 0;
 	while (time < $a{deadline})
 	{
-		my $pick = rand($total);
 		my $kind;
-		for (@KINDS)
+		@todo = grep { !$granted{$_} } @todo;
+		if (@todo && $cycle++ % 2 == 0)
 		{
-			$kind = $_->[0];
-			last if ($pick -= $_->[1]) < 0;
+			# the first not granted yet goes to the back: a kind that a
+			# fault keeps refusing does not hold up the others
+			$kind = shift @todo;
+			push @todo, $kind;
+		}
+		else
+		{
+			my $pick = rand($total);
+			for (@KINDS)
+			{
+				$kind = $_->[0];
+				last if ($pick -= $_->[1]) < 0;
+			}
 		}
 		my $rn = 1 + int(rand($a{resources}));
 		my $res = "hot:$rn";
