@@ -293,12 +293,18 @@ rl_nodes_drain(int64_t deadline_us)
  * off.  The rest is done at the next round (rl_nodes_close_shut), before
  * anything of it is sent elsewhere: the replies still owed (to releases
  * sent without waiting, to rounds decided without them) are read, or the
- * node's close, which comes only once it ran every command before it,
- * within node_timeout; so a command sent next on another connection (the
- * dispatcher's, a new one) cannot reach the node before them (a lock
- * refused because the release before it was not applied yet).  Then the
- * sockets are let go, quietly: no failure, no backoff.
+ * node's close, which comes only once it ran every command before it, up
+ * to the caller's deadline; so a command sent next on another connection
+ * (the dispatcher's, a new one) cannot reach the node before them (a lock
+ * refused because the release before it was not applied yet).  The wait
+ * is cut into slices, and ends early on a cancel or a termination (the
+ * round that follows raises it).  Then the sockets are let go, quietly: no
+ * failure, no backoff; a node that still owes a reply then is one that
+ * has not answered for the whole deadline (stopped or gone), and what it
+ * owes, if it must be delivered, is kept for its next connection.
  */
+#define RL_SHUT_SLICE_MS	100
+
 static volatile sig_atomic_t nodes_shut = false;
 
 bool
@@ -323,12 +329,23 @@ rl_nodes_shut_idle(void)
 }
 
 void
-rl_nodes_close_shut(void)
+rl_nodes_close_shut(int64_t deadline_us)
 {
 	if (!nodes_shut)
 		return;
 	nodes_shut = false;
-	rl_nodes_drain(rl_now_us() + (int64_t) rl_node_timeout_ms * 1000);
+	for (;;)
+	{
+		int64_t		now = rl_now_us();
+		bool		owed = false;
+
+		rl_nodes_drain(Min(deadline_us, now + RL_SHUT_SLICE_MS * 1000));
+		for (int i = 0; i < rl_nnodes; i++)
+			owed |= rl_nodes[i].shut_ours && rl_nodes[i].owed_count > 0;
+		if (!owed || rl_now_us() >= deadline_us ||
+			QueryCancelPending || ProcDiePending)
+			break;
+	}
 	for (int i = 0; i < rl_nnodes; i++)
 		if (rl_nodes[i].shut_ours)
 			node_disconnect(&rl_nodes[i]);

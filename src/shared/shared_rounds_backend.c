@@ -504,7 +504,14 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 		exit_registered = true;
 	}
 
-	rl_own_round_begin();
+	/*
+	 * Connections the idle timer ended: what they still owe is read first,
+	 * for as long as a round may take (a node's reply on a commit, abort or
+	 * exit path, which waits no longer than that)
+	 */
+	rl_own_round_begin(req->nothrow ?
+					   rl_now_us() + (int64_t) rl_node_timeout_ms * 1000 :
+					   round_bound_us(rl_now_us()));
 
 	/* counted still if an error ended the last round before its abort */
 	if (counted)

@@ -164,11 +164,11 @@ take_permit(bool force)
 }
 
 void
-rl_own_round_begin(void)
+rl_own_round_begin(int64_t drain_deadline_us)
 {
 	in_round = true;
 	pg_compiler_barrier();
-	rl_nodes_close_shut();		/* connections the timer ended */
+	rl_nodes_close_shut(drain_deadline_us); /* connections the timer ended */
 	if (!permit_held)
 		timer_stop();
 }

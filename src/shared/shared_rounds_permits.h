@@ -14,9 +14,10 @@
 
 /*
  * Around every round of a backend (the round hook): begin lets go of
- * connections the idle timer ended; until end, the timer leaves them be.
+ * connections the idle timer ended, once they answered what they owe (or
+ * at drain_deadline_us); until end, the timer leaves them be.
  */
-extern void rl_own_round_begin(void);
+extern void rl_own_round_begin(int64_t drain_deadline_us);
 extern void rl_own_round_end(void);
 
 /* true without shared_preload_libraries: no permits, no bound */

@@ -45,8 +45,13 @@
 #                 backend => 'host:port' (a real Redis) and delay => seconds,
 #                 a slow link instead: each request goes to the backend at
 #                 once, and its real answer comes back that late
-#   slow_release  acquire answered at once, everything else 100 ms late
-#                 (not in @MODES either)
+#   slow_release  acquire (and the connect script) answered at once,
+#                 everything else 100 ms late
+#                 (release_delay => seconds: that late), as if the node
+#                 ran it only then: each answer is logged when sent
+#                 ("conn N: answered release"), and a client that ends its side
+#                 (EOF) still gets the answers owed before the close, as
+#                 from Redis (not in @MODES either)
 #   stream        well-formed answers to INFO server, PING and AUTH; to
 #                 anything else (a full INFO too) "$4000000000" and then its
 #                 bytes, as fast as they go (up to flood_limit bytes,
@@ -107,6 +112,7 @@ sub new
 	my $dir = $args{dir} // PostgreSQL::Test::Utils::tempdir('fakeredis');
 	my $log = "$dir/fake-$port.log";
 	my %link = (backend => $args{backend}, delay => $args{delay} // 0.2,
+		release_delay => $args{release_delay} // 0.1,
 		flood_limit => $args{flood_limit} // 256 * 1024 * 1024,
 		run_id => join('', map { sprintf '%x', int rand 16 } 1 .. 40));
 	die "FakeRedis: a backend needs mode delay" if $link{backend} && $mode ne 'delay';
@@ -356,7 +362,9 @@ sub answer
 	return ([], 'keep') if $mode eq 'silent' || $mode eq 'close_on_connect';
 	return ([ map { [ 0.2, $_ ] } split //, $good ], 'keep') if $mode eq 'trickle';
 	return ([ [ 0.2, $good ] ], 'keep') if $mode eq 'delay';
-	return ([ [ $kind eq 'acquire' ? 0 : 0.1, $good ] ], 'keep') if $mode eq 'slow_release';
+	return ([ [ ($kind eq 'acquire' || $kind eq 'epoch' || $cmd eq 'INFO') ? 0 : $link->{release_delay},
+				$good, $kind ] ], 'keep')
+	  if $mode eq 'slow_release';
 	return ([ [ 0, "\$1000000000\r\n" ] ], 'flood') if $mode eq 'flood';
 	die "no answer for mode $mode";
 }
@@ -500,6 +508,13 @@ sub serve
 				next if !defined $got && $!{EAGAIN};
 				print $log "conn $c->{id}: flooded $c->{flooded} bytes\n" if $c->{flooded};
 				print $log "conn $c->{id}: closed by peer\n";
+				if ($mode eq 'slow_release' && @{ $c->{out} })
+				{
+					# the answers owed, then the close (below)
+					$sel->remove($fh);
+					$c->{close} = 1;
+					next;
+				}
 				$sel->remove($fh);
 				delete $conns{ fileno $fh };
 				close $fh;
@@ -522,7 +537,7 @@ sub serve
 				for my $ch (@$chunks)
 				{
 					$t += $ch->[0];
-					push @{ $c->{out} }, [ $t, $ch->[1] ];
+					push @{ $c->{out} }, [ $t, $ch->[1], $ch->[2] ];
 				}
 				$c->{close} = 1 if $action eq 'close';
 				$c->{flood} = 1 if $action eq 'flood';
@@ -550,7 +565,8 @@ sub serve
 					$c->{out}[0][1] = substr($bytes, $n);
 					last;
 				}
-				shift @{ $c->{out} };
+				my $sent = shift @{ $c->{out} };
+				print $log "conn $c->{id}: answered $sent->[2]\n" if defined $sent->[2];
 			}
 			if ($c->{flood} && !@{ $c->{out} } && $writable{$fd})
 			{
