@@ -21,6 +21,9 @@
 #                 default, as a user gets it: a round that runs out of it
 #                 under load is an error of the point, counted)
 #   --no-report   leave bench/SCALE.md and bench/scale.png alone
+#   --set NAME=VALUE  a setting of the redlock cluster (repeatable), for
+#                 experiments; the report lists it
+#   --items LIST  the items to run, comma-separated (default: all)
 #   --pg-config, --private-copy   which PostgreSQL installation to build,
 #                 install and run in, or a private copy of it (bench/lib.sh)
 #
@@ -70,7 +73,7 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: bash bench/scale.sh [--quick] [--seconds N] [--reps N] [--node-timeout MS] [--no-report] $BENCH_PG_OPTIONS" >&2
+	echo "usage: bash bench/scale.sh [--quick] [--seconds N] [--reps N] [--node-timeout MS] [--set NAME=VALUE] [--items LIST] [--no-report] $BENCH_PG_OPTIONS" >&2
 	exit 2
 }
 
@@ -81,7 +84,7 @@ OUT=$ROOT/bench/out-scale
 CMD="bash bench/scale.sh${*:+ $*}"
 QUICK=0
 REPORT=1
-SECS='' REPS='' NODE_TIMEOUT=''
+SECS='' REPS='' NODE_TIMEOUT='' SETS=() ONLY_ITEMS=''
 while [ $# -gt 0 ]; do
 	if bench_pg_option "$@"; then shift "$BENCH_SHIFT"; continue; fi
 	case "$1" in
@@ -90,9 +93,14 @@ while [ $# -gt 0 ]; do
 	--seconds) [ $# -ge 2 ] || usage; SECS=$2; shift 2 ;;
 	--reps) [ $# -ge 2 ] || usage; REPS=$2; shift 2 ;;
 	--node-timeout) [ $# -ge 2 ] || usage; NODE_TIMEOUT=$2; shift 2 ;;
+	--set) [ $# -ge 2 ] && [[ $2 =~ ^[a-z_.]+=[^[:space:]]+$ ]] || usage; SETS+=("$2"); shift 2 ;;
+	--items) [ $# -ge 2 ] && [[ $2 =~ ^(rl2|rl1|node|sf|hot|adv)(,(rl2|rl1|node|sf|hot|adv))*$ ]] || usage
+		ONLY_ITEMS=$2; shift 2 ;;
 	*) usage ;;
 	esac
 done
+# an experiment (other settings, some items) is never the committed report
+[ ${#SETS[@]} = 0 ] && [ -z "$ONLY_ITEMS" ] || REPORT=0
 if [ "$QUICK" = 1 ]; then
 	SESSIONS=(1 16 64)
 	: "${SECS:=3}" "${REPS:=1}"
@@ -105,6 +113,7 @@ REP_AT=" 16 64 "	# the points repeated REPS times; the others run once
 [[ $SECS =~ ^[0-9]+$ && $REPS =~ ^[0-9]+$ ]] && [ "$SECS" -ge 1 ] && [ "$REPS" -ge 1 ] || usage
 [ -z "$NODE_TIMEOUT" ] || [[ $NODE_TIMEOUT =~ ^[0-9]+$ ]] || usage
 ITEMS=(rl2 rl1 node sf hot adv)
+[ -z "$ONLY_ITEMS" ] || IFS=, read -r -a ITEMS <<<"$ONLY_ITEMS"
 TTL=30000
 HOT_TTL=5000
 HOT_WAIT=20000
@@ -130,7 +139,7 @@ bench_seed_epoch "$NODES"
 PORTS=$(echo "$NODES" | tr ',' '\n' | sed 's/.*://')
 P1=${PORTS%%$'\n'*}
 bench_cluster pg shared_preload_libraries=redlock fsync=on jit=off max_connections=$MAXCONN \
-	"redlock.nodes=$NODES" ${NODE_TIMEOUT:+redlock.node_timeout=${NODE_TIMEOUT}ms}
+	"redlock.nodes=$NODES" ${NODE_TIMEOUT:+redlock.node_timeout=${NODE_TIMEOUT}ms} "${SETS[@]}"
 bench_use pg
 export PGOPTIONS="-c jit=off"
 PG_PM_PID=$(head -1 "$BENCH_WORK/pg/data/postmaster.pid")
@@ -345,7 +354,7 @@ done
 LOADAVG() { sed 's/.*load average: //' <<< "$1"; }
 
 # ---------------------------------------------------------------- plot
-if command -v gnuplot > /dev/null; then
+if [ -z "$ONLY_ITEMS" ] && command -v gnuplot > /dev/null; then
 	gnuplot <<-EOF
 	set terminal pngcairo size 1200,600 font "DejaVu Sans,10"
 	set output "$OUT/scale.png"
@@ -391,7 +400,7 @@ REPORT_FILE=$OUT/SCALE.md
 	echo "| date | $DATE |"
 	echo "| machine | $(nproc) CPUs ($(lscpu | sed -n 's/^Model name: *//p' | head -1)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME"); the 5 nodes, PostgreSQL, pgbench and node all on it |"
 	echo "| software | $(sw) |"
-	echo "| setup | 5 redis-server nodes on free loopback ports, AOF with appendfsync everysec; one cluster on a unix socket, redlock in shared_preload_libraries, fsync=on, jit=off, max_connections=$MAXCONN, redlock.node_timeout=$NT_SHOWN$([ -z "$NODE_TIMEOUT" ] && echo ' (the default)'), redlock.max_connections_per_node=$MCPN, every other setting at its default; a second cluster with only bench/shared's module preloaded, for the floor |"
+	echo "| setup | 5 redis-server nodes on free loopback ports, AOF with appendfsync everysec; one cluster on a unix socket, redlock in shared_preload_libraries, fsync=on, jit=off, max_connections=$MAXCONN, redlock.node_timeout=$NT_SHOWN$([ -z "$NODE_TIMEOUT" ] && echo ' (the default)'), redlock.max_connections_per_node=$MCPN$([ ${#SETS[@]} = 0 ] || printf ', %s' "${SETS[@]}"), every other setting at its default; a second cluster with only bench/shared's module preloaded, for the floor |"
 	echo "| load | uptime before: \`$UPTIME_BEFORE\`; after: \`$UPTIME_AFTER\` (load average before and after: $(LOADAVG "$UPTIME_BEFORE"); $(LOADAVG "$UPTIME_AFTER")); the machine's CPUs ${IDLE_BEFORE}% busy over 3 s just before the runs, ${IDLE_AFTER}% just after; processes other than this benchmark's used $(awk -F'\t' -v c="$(col others)" 'NR > 1 { print $c }' "$RUNS" | median)% of all CPUs during a run (median), at most $(awk -F'\t' -v c="$(col others)" 'NR > 1 { print $c }' "$RUNS" | sort -g | tail -1)% |"
 	echo "| points | ${SECS} s each; $(if [ "$REPS" -gt 1 ]; then echo "the points at 16 and 64 sessions $REPS times, interleaved (the order of the items rotated from point to point and repeat to repeat), their medians; the others once"; else echo "each once"; fi); run time of the whole command: RUNTIME s |"
 	echo
