@@ -441,6 +441,17 @@ bench_shared_floor() {
 		END IF;
 	END
 	\$\$;
+	-- its two rounds apart, a statement each (bench/scale.sh's sf2): SQL
+	-- functions, which the planner inlines into the statement (no call of
+	-- their own), as redlock_lock and redlock_unlock are called
+	CREATE FUNCTION bench_sf_lock(r text) RETURNS bool LANGUAGE sql AS \$\$
+		SELECT shared_floor_acquire('$(bench_sf_arg release 5)lock:' || r, '$(bench_sf_arg acquire 4)', '$(bench_sf_arg acquire 5)', $ttl,
+			'$(bench_sf_arg acquire 8)', $(bench_sf_arg acquire 9))
+	\$\$;
+	CREATE FUNCTION bench_sf_unlock(r text) RETURNS bool LANGUAGE sql AS \$\$
+		SELECT shared_floor_release('$(bench_sf_arg release 5)lock:' || r, '$(bench_sf_arg acquire 5)', '$(bench_sf_arg release 5)',
+			'$(bench_sf_arg acquire 8)', $(bench_sf_arg acquire 9))
+	\$\$;
 	SQL
 	)
 }

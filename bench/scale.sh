@@ -50,6 +50,10 @@
 #         (bench/node/bench.js workers)
 #   sf    the floor of one shared connection per node (bench/shared, not
 #         the extension): SELECT bench_sf_cycle(r), one call per cycle
+#   sf2   the same floor in two prepared statements per cycle, as rl2:
+#           SELECT bench_sf_lock(r); SELECT bench_sf_unlock(r);
+#         (SQL functions the planner inlines: shared_floor_acquire and
+#         shared_floor_release with the arguments bench_sf_cycle passes)
 #   hot   redlock, all N sessions on one resource:
 #           SELECT redlock_lock('hot', 5000, wait_ms => 20000);
 #           SELECT redlock_unlock('hot');
@@ -94,7 +98,7 @@ while [ $# -gt 0 ]; do
 	--reps) [ $# -ge 2 ] || usage; REPS=$2; shift 2 ;;
 	--node-timeout) [ $# -ge 2 ] || usage; NODE_TIMEOUT=$2; shift 2 ;;
 	--set) [ $# -ge 2 ] && [[ $2 =~ ^[a-z_.]+=[^[:space:]]+$ ]] || usage; SETS+=("$2"); shift 2 ;;
-	--items) [ $# -ge 2 ] && [[ $2 =~ ^(rl2|rl1|node|sf|hot|adv)(,(rl2|rl1|node|sf|hot|adv))*$ ]] || usage
+	--items) [ $# -ge 2 ] && [[ $2 =~ ^(rl2|rl1|node|sf|sf2|hot|adv)(,(rl2|rl1|node|sf|sf2|hot|adv))*$ ]] || usage
 		ONLY_ITEMS=$2; shift 2 ;;
 	*) usage ;;
 	esac
@@ -112,7 +116,7 @@ fi
 REP_AT=" 16 64 "	# the points repeated REPS times; the others run once
 [[ $SECS =~ ^[0-9]+$ && $REPS =~ ^[0-9]+$ ]] && [ "$SECS" -ge 1 ] && [ "$REPS" -ge 1 ] || usage
 [ -z "$NODE_TIMEOUT" ] || [[ $NODE_TIMEOUT =~ ^[0-9]+$ ]] || usage
-ITEMS=(rl2 rl1 node sf hot adv)
+ITEMS=(rl2 rl1 node sf sf2 hot adv)
 [ -z "$ONLY_ITEMS" ] || IFS=, read -r -a ITEMS <<<"$ONLY_ITEMS"
 TTL=30000
 HOT_TTL=5000
@@ -162,6 +166,8 @@ R="'o2:' || :run || ':' || :client_id"
 printf '%s\n' "SELECT redlock_lock($R, $TTL);" "SELECT redlock_unlock($R);" > "$OUT/rl2.sql"
 echo "SELECT bench_cycle('o1:' || :run || ':' || :client_id);" > "$OUT/rl1.sql"
 echo "SELECT bench_sf_cycle('sf:' || :run || ':' || :client_id);" > "$OUT/sf.sql"
+printf '%s\n' "SELECT bench_sf_lock('s2:' || :run || ':' || :client_id);" \
+	"SELECT bench_sf_unlock('s2:' || :run || ':' || :client_id);" > "$OUT/sf2.sql"
 printf '%s\n' "SELECT redlock_lock('hot:' || :run, $HOT_TTL, wait_ms => $HOT_WAIT);" \
 	"SELECT redlock_unlock('hot:' || :run);" > "$OUT/hot.sql"
 printf '%s\n' "SELECT pg_advisory_lock(1);" "SELECT pg_advisory_unlock(1);" > "$OUT/adv.sql"
@@ -222,9 +228,15 @@ conn_of() {
 
 # ---------------------------------------------------------------- the runs
 RUNS=$OUT/runs.tsv	# one line a run, the columns of RUN_COLS
-RUN_COLS="item sessions rep cycles_s cycles aborted failed error conn_most conn_least samples busy others p50_ms p99_ms max_ms rounds_shared rounds_own waits waits_failed"
+RUN_COLS="item sessions rep cycles_s cycles aborted failed error conn_most conn_least samples busy others p50_ms p99_ms max_ms rounds_shared rounds_own waits waits_failed redis_us server_us client_us disp_pct"
 echo "$RUN_COLS" | tr ' ' '\t' > "$RUNS"
 disp() { q -F' ' -c 'SELECT rounds_shared, rounds_own, connection_waits, connection_waits_failed FROM redlock_dispatcher'; }
+# disp_cpu: the dispatcher's CPU jiffies so far, and the time (ns)
+disp_cpu() {
+	local pid
+	pid=$(q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redlock dispatcher'")
+	echo "$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo -) $(date +%s%N)"
+}
 lat() {	# lat LOG-PREFIX: "p50 p99 max" (ms) of the transactions' latency (column 3, us) in pgbench's logs
 	cat "$1".* 2>/dev/null | awk '$3 ~ /^[0-9]+$/ { print $3 }' | sort -n |
 		awk '{ a[NR] = $1 } END {
@@ -240,7 +252,7 @@ client() {
 		return
 	fi
 	(
-		[ "$item" = sf ] && bench_use sf
+		case $item in sf|sf2) bench_use sf ;; esac
 		case $item in hot|adv) set -- --log --log-prefix="$OUT/log_$tag" ;; *) set -- ;; esac
 		exec pgbench -n -M prepared -c "$n" -j $((n < 2 ? 1 : 2)) -T "$SECS" -D "run=$tag" \
 			-f "$OUT/$item.sql" "$@"
@@ -253,11 +265,12 @@ TIMEFORMAT='%3U %3S'
 our_cpu() { bench_our_cpu redis "$PORTS" "$PG_PM_PID $SF_PM_PID"; }
 run() {
 	local item=$1 n=$2 rep=$3 tag="$1_$2_$3" sys=rl b0 t0 b1 t1 r0 p0 r1 p1 cu cs rc=0 d0 d1 oth
-	local tps='-' cycles=0 aborted=0 failed=0 err='' conn='- - -' lats='- - -' dd='- - - -'
-	case $item in node) sys=node ;; sf) sys=sf ;; adv) sys=adv ;; esac
+	local tps='-' cycles=0 aborted=0 failed=0 err='' conn='- - -' lats='- - -' dd='- - - -' cpu
+	local dc0 dn0 dc1 dn1 dpct='-'
+	case $item in node) sys=node ;; sf|sf2) sys=sf ;; adv) sys=adv ;; esac
 	log "$item, $n session(s), repeat $rep, ${SECS}s"
 	others "$sys" > "$OUT/others_$tag.txt"
-	[ "$sys" = rl ] && d0=$(disp)
+	[ "$sys" = rl ] && { d0=$(disp); read -r dc0 dn0 < <(disp_cpu); }
 	[ "$sys" = adv ] || sample_start "$tag"
 	read -r b0 t0 < <(bench_cpu_now)
 	read -r r0 p0 < <(our_cpu)
@@ -272,6 +285,10 @@ run() {
 	[ "$sys" = adv ] || { sample_stop; conn=$(conn_of "$tag" "$OUT/others_$tag.txt"); }
 	if [ "$sys" = rl ]; then
 		d1=$(disp)
+		# the dispatcher's busy share of one CPU during the run
+		read -r dc1 dn1 < <(disp_cpu)
+		[ "$dc0" = - ] || [ "$dc1" = - ] ||
+			dpct=$(awk -v j=$((dc1 - dc0)) -v ns=$((dn1 - dn0)) -v hz="$HZ" 'BEGIN { printf "%.0f", 100 * j / hz / (ns / 1e9) }')
 		dd=$(paste -d' ' <(echo "$d1" | tr ' ' '\n') <(echo "$d0" | tr ' ' '\n') | awk '{ printf "%s%d", (NR > 1 ? " " : ""), $1 - $2 }')
 	fi
 	if [ "$item" = node ]; then
@@ -292,9 +309,14 @@ run() {
 	[ -n "$failed" ] || failed=0
 	if [ "$rc" != 0 ] && [ -z "$err" ]; then err="exit status $rc"; fi
 	err=$(echo "$err" | tr '\t' ' ' | sed 's/^pgbench: error: //; s/  */ /g' | cut -c1-200)
-	# shellcheck disable=SC2086	# conn, lats and dd are several columns each
+	# CPU per cycle (us): the 5 nodes', the clusters' (backends, workers,
+	# postmasters), the client's (pgbench, or node)
+	cpu=$(awk -v c="$cycles" -v r=$((r1 - r0)) -v p=$((p1 - p0)) -v u="$cu" -v s="$cs" -v hz="$HZ" \
+		'BEGIN { if (c + 0 == 0) { print "- - -"; exit }
+			printf "%.1f %.1f %.1f", r / hz * 1e6 / c, p / hz * 1e6 / c, (u + s) * 1e6 / c }')
+	# shellcheck disable=SC2086	# conn, lats, dd and cpu are several columns each
 	{ printf '%s\t' "$item" "$n" "$rep" "$tps" "$cycles" "$aborted" "$failed" "${err:--}" $conn \
-		"$(bench_busy "$b0" "$t0" "$b1" "$t1")" "$oth" $lats $dd; echo; } | sed 's/\t$//' >> "$RUNS"
+		"$(bench_busy "$b0" "$t0" "$b1" "$t1")" "$oth" $lats $dd $cpu "$dpct"; echo; } | sed 's/\t$//' >> "$RUNS"
 	if [ "$rc" != 0 ] || [ "$aborted" != 0 ] || [ "$failed" != 0 ]; then
 		log "  $item at $n: exit $rc, $aborted aborted, $failed failed${err:+: $err}"
 	fi
@@ -371,7 +393,8 @@ if [ -z "$ONLY_ITEMS" ] && command -v gnuplot > /dev/null; then
 	plot "$OUT/curve_rl2.dat" u 1:2 w lp lw 2 pt 7 lc 1 t "redlock, two prepared statements", \
 	     "$OUT/curve_rl1.dat" u 1:2 w lp lw 2 pt 5 lc 7 t "redlock, one function", \
 	     "$OUT/curve_node.dat" u 1:2 w lp lw 2 pt 9 lc 2 t "node-redlock 4.2, async workers", \
-	     "$OUT/curve_sf.dat" u 1:2 w lp lw 2 dt 2 pt 6 lc 0 t "floor: one shared connection per node (bench/shared)"
+	     "$OUT/curve_sf2.dat" u 1:2 w lp lw 2 dt 3 pt 4 lc 0 t "floor, two statements (bench/shared)", \
+	     "$OUT/curve_sf.dat" u 1:2 w lp lw 2 dt 2 pt 6 lc 0 t "floor, one function: one shared connection per node (bench/shared)"
 	set title "one hot resource, two prepared statements"
 	set ylabel "grants/s (log scale)"
 	set logscale y
@@ -409,11 +432,31 @@ REPORT_FILE=$OUT/SCALE.md
 	echo "Each session (pgbench client, node-redlock worker) on a resource of its own."
 	echo "Repeated points: the median, each repeat's in brackets; ratios are between medians."
 	echo
-	echo "| sessions | redlock, two statements | redlock, one function | node-redlock 4.2 | floor (bench/shared) | two statements / node-redlock | one function / node-redlock | floor / node-redlock |"
-	echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| sessions | redlock, two statements | redlock, one function | node-redlock 4.2 | floor, two statements | floor, one function | two statements / node-redlock | one function / node-redlock | floor two / node-redlock | floor one / node-redlock |"
+	echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for n in "${SESSIONS[@]}"; do
 		nd=$(med node "$n" cycles_s)
-		echo "| $n | $(cell rl2 "$n") | $(cell rl1 "$n") | $(cell node "$n") | $(cell sf "$n") | $(ratio "$(med rl2 "$n" cycles_s)" "$nd") | $(ratio "$(med rl1 "$n" cycles_s)" "$nd") | $(ratio "$(med sf "$n" cycles_s)" "$nd") |"
+		echo "| $n | $(cell rl2 "$n") | $(cell rl1 "$n") | $(cell node "$n") | $(cell sf2 "$n") | $(cell sf "$n") | $(ratio "$(med rl2 "$n" cycles_s)" "$nd") | $(ratio "$(med rl1 "$n" cycles_s)" "$nd") | $(ratio "$(med sf2 "$n" cycles_s)" "$nd") | $(ratio "$(med sf "$n" cycles_s)" "$nd") |"
+	done
+	echo
+	echo "The floors (bench/shared): the same scripts through one shared connection per node,"
+	echo "with nothing of the extension around them, in the same two patterns."
+	echo
+	echo "### CPU per cycle"
+	echo
+	echo "Microseconds of CPU per lock + unlock cycle (medians of the repeats): the 5 nodes',"
+	echo "the PostgreSQL clusters' (backends, workers, postmasters), the client's (pgbench,"
+	echo "or node-redlock's node), and their sum; for redlock also the dispatcher's busy share"
+	echo "of one CPU during the run. On $(nproc) CPUs shared by all of them, the sum bounds the cycles/s."
+	echo
+	echo "| sessions | item | nodes us | PostgreSQL us | client us | sum us | dispatcher % of a CPU |"
+	echo "|---:|---|---:|---:|---:|---:|---:|"
+	for n in "${SESSIONS[@]}"; do
+		for i in rl2 rl1 node sf2 sf; do
+			[ "$(med "$i" "$n" cycles_s)" != - ] || continue
+			local_r=$(med "$i" "$n" redis_us) local_p=$(med "$i" "$n" server_us) local_c=$(med "$i" "$n" client_us)
+			echo "| $n | $i | $local_r | $(if [ "$i" = node ]; then echo -; else echo "$local_p"; fi) | $local_c | $(awk -v a="$local_r" -v b="$local_p" -v c="$local_c" -v i="$i" 'BEGIN { if (a == "-" || c == "-") print "-"; else printf "%.0f", a + (i == "node" ? 0 : b) + c }') | $(med "$i" "$n" disp_pct) |"
+		done
 	done
 	echo
 	echo "†: errors during the point (see [Errors](#errors)): an error ends its pgbench client,"
@@ -444,11 +487,11 @@ REPORT_FILE=$OUT/SCALE.md
 	echo "repeats; in brackets the fewest such a most was (the node and repeat that saw fewest). redlock's bound:"
 	echo "redlock.max_connections_per_node = $MCPN."
 	echo
-	echo "| sessions | redlock, two statements | redlock, one function | redlock, hot resource | node-redlock | floor |"
-	echo "|---:|---:|---:|---:|---:|---:|"
+	echo "| sessions | redlock, two statements | redlock, one function | redlock, hot resource | node-redlock | floor, two statements | floor, one function |"
+	echo "|---:|---:|---:|---:|---:|---:|---:|"
 	for n in "${SESSIONS[@]}"; do
 		printf '| %s |' "$n"
-		for i in rl2 rl1 hot node sf; do printf ' %s (%s) |' "$(most "$i" "$n" conn_most)" "$(vals "$i" "$n" conn_least | sort -g | head -1)"; done
+		for i in rl2 rl1 hot node sf2 sf; do printf ' %s (%s) |' "$(most "$i" "$n" conn_most)" "$(vals "$i" "$n" conn_least | sort -g | head -1)"; done
 		echo
 	done
 	echo
@@ -457,10 +500,10 @@ REPORT_FILE=$OUT/SCALE.md
 	echo "pgbench: clients aborted (an error ends a client; pgbench goes on with the others)"
 	echo "and failed transactions; node-redlock: failed cycles (retryCount 0); all repeats."
 	echo
-	echo "| sessions | redlock, two statements | redlock, one function | node-redlock | floor | redlock, hot resource | advisory, hot resource |"
-	echo "|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| sessions | redlock, two statements | redlock, one function | node-redlock | floor, two statements | floor, one function | redlock, hot resource | advisory, hot resource |"
+	echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for n in "${SESSIONS[@]}"; do
-		echo "| $n | $(errs rl2 "$n") | $(errs rl1 "$n") | $(errs node "$n") | $(errs sf "$n") | $(errs hot "$n") | $(errs adv "$n") |"
+		echo "| $n | $(errs rl2 "$n") | $(errs rl1 "$n") | $(errs node "$n") | $(errs sf2 "$n") | $(errs sf "$n") | $(errs hot "$n") | $(errs adv "$n") |"
 	done
 	echo
 	if awk -F'\t' 'NR > 1 && $8 != "-" { f = 1 } END { exit !f }' "$RUNS"; then
@@ -476,14 +519,15 @@ REPORT_FILE=$OUT/SCALE.md
 	echo "machine's busy time less the nodes', the clusters' and the client's); rounds shared / own: rounds of the redlock cluster on the"
 	echo "dispatcher's shared connections and on backends' own during the run, waits: calls"
 	echo "that waited for a place (failed: 53300); connections: the most on the node that"
-	echo "saw most, and on the one that saw fewest, over n samples each."
+	echo "saw most, and on the one that saw fewest, over n samples each; CPU us per cycle: the"
+	echo "nodes', the clusters', the client's; dispatcher: its busy share of one CPU."
 	echo
-	echo "| item | sessions | repeat | cycles/s | cycles | aborted | failed | connections (fewest) | samples | busy % | others % | p50 ms | p99 ms | max ms | rounds shared | rounds own | waits (failed) |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| item | sessions | repeat | cycles/s | cycles | aborted | failed | connections (fewest) | samples | busy % | others % | p50 ms | p99 ms | max ms | rounds shared | rounds own | waits (failed) | CPU us: nodes, PostgreSQL, client | dispatcher % |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for i in "${ITEMS[@]}"; do
 		awk -F'\t' -v i="$i" 'NR > 1 && $1 == i {
-			printf "| %s | %s | %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s) |\n",
-				$1, $2, $3, ($4 == "-" ? "-" : sprintf("%.0f", $4)), $5, $6, $7, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20 }' "$RUNS" |
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s) | %s, %s, %s | %s |\n",
+				$1, $2, $3, ($4 == "-" ? "-" : sprintf("%.0f", $4)), $5, $6, $7, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 }' "$RUNS" |
 			sort -t'|' -k3,3n -k4,4n
 	done
 	echo
@@ -494,7 +538,7 @@ REPORT_FILE=$OUT/SCALE.md
 	echo "Items: rl2 \`$(paste -sd' ' "$OUT/rl2.sql")\`; rl1 \`$(cat "$OUT/rl1.sql")\` (bench_cycle:"
 	echo "redlock_try_lock(r, $TTL), redlock_unlock(r), in PL/pgSQL); node: bench/node/bench.js workers"
 	echo "(N async workers sharing one Redlock, one ioredis connection per node, retryCount 0);"
-	echo "sf: \`$(cat "$OUT/sf.sql")\` in the floor's cluster; hot \`$(paste -sd' ' "$OUT/hot.sql")\`;"
+	echo "sf: \`$(cat "$OUT/sf.sql")\` in the floor's cluster; sf2 there: \`$(paste -sd' ' "$OUT/sf2.sql")\`; hot \`$(paste -sd' ' "$OUT/hot.sql")\`;"
 	echo "adv \`$(paste -sd' ' "$OUT/adv.sql")\`. pgbench: \`pgbench -n -M prepared -c N -j 2 -T $SECS\`"
 	echo "(-j 1 for one session), hot and adv with --log."
 } > "$REPORT_FILE"

@@ -23,6 +23,10 @@
  *	  arguments in the same places), each to every node of
  *	  shared_floor.nodes, and returns whether the acquire was granted by a
  *	  majority (the release then ran); a majority refusal returns false.
+ *	  shared_floor_acquire(lock_key, counter_key, owner, ttl_ms, epoch_key,
+ *	  quarantine_ms) and shared_floor_release(lock_key, owner, prefix,
+ *	  epoch_key, quarantine_ms) run one of the two rounds each: a cycle of
+ *	  two statements, as redlock_lock and redlock_unlock.
  *
  *-------------------------------------------------------------------------
  */
@@ -476,19 +480,11 @@ sf_round(StringInfo cmd)
 	return ok >= sf->nnodes / 2 + 1;
 }
 
-PG_FUNCTION_INFO_V1(shared_floor_cycle);
-
-Datum
-shared_floor_cycle(PG_FUNCTION_ARGS)
+/* the acquire command of lock, as the extension sends it */
+static void
+sf_acquire_cmd(StringInfo cmd, text *lock, text *counter, text *owner,
+			   int32 ttl, text *epoch, int32 quarantine)
 {
-	text	   *lock = PG_GETARG_TEXT_PP(0);
-	text	   *counter = PG_GETARG_TEXT_PP(1);
-	text	   *owner = PG_GETARG_TEXT_PP(2);
-	int32		ttl = PG_GETARG_INT32(3);
-	text	   *prefix = PG_GETARG_TEXT_PP(4);
-	text	   *epoch = PG_GETARG_TEXT_PP(5);
-	int32		quarantine = PG_GETARG_INT32(6);
-	StringInfoData cmd;
 	char		num[32];
 	struct timeval tv;
 	int64		proposal;
@@ -497,30 +493,83 @@ shared_floor_cycle(PG_FUNCTION_ARGS)
 	proposal = Max((int64) tv.tv_sec * 1000000 + tv.tv_usec, sf_last_proposal + 1);
 	sf_last_proposal = proposal;
 
+	appendStringInfoString(cmd, "*10\r\n");
+	resp_arg(cmd, "EVALSHA", 7);
+	resp_arg(cmd, sf_acquire_sha, strlen(sf_acquire_sha));
+	resp_arg(cmd, "2", 1);
+	resp_arg(cmd, VARDATA_ANY(lock), VARSIZE_ANY_EXHDR(lock));
+	resp_arg(cmd, VARDATA_ANY(counter), VARSIZE_ANY_EXHDR(counter));
+	resp_arg(cmd, VARDATA_ANY(owner), VARSIZE_ANY_EXHDR(owner));
+	resp_arg(cmd, num, snprintf(num, sizeof(num), "%d", ttl));
+	resp_arg(cmd, num, snprintf(num, sizeof(num), INT64_FORMAT, proposal));
+	resp_arg(cmd, VARDATA_ANY(epoch), VARSIZE_ANY_EXHDR(epoch));
+	resp_arg(cmd, num, snprintf(num, sizeof(num), "%d", quarantine));
+}
+
+/* the release command of lock, as the extension sends it */
+static void
+sf_release_cmd(StringInfo cmd, text *lock, text *owner, text *prefix,
+			   text *epoch, int32 quarantine)
+{
+	char		num[32];
+
+	appendStringInfoString(cmd, "*8\r\n");
+	resp_arg(cmd, "EVALSHA", 7);
+	resp_arg(cmd, sf_release_sha, strlen(sf_release_sha));
+	resp_arg(cmd, "1", 1);
+	resp_arg(cmd, VARDATA_ANY(lock), VARSIZE_ANY_EXHDR(lock));
+	resp_arg(cmd, VARDATA_ANY(owner), VARSIZE_ANY_EXHDR(owner));
+	resp_arg(cmd, VARDATA_ANY(prefix), VARSIZE_ANY_EXHDR(prefix));
+	resp_arg(cmd, VARDATA_ANY(epoch), VARSIZE_ANY_EXHDR(epoch));
+	resp_arg(cmd, num, snprintf(num, sizeof(num), "%d", quarantine));
+}
+
+PG_FUNCTION_INFO_V1(shared_floor_cycle);
+
+Datum
+shared_floor_cycle(PG_FUNCTION_ARGS)
+{
+	text	   *lock = PG_GETARG_TEXT_PP(0);
+	text	   *owner = PG_GETARG_TEXT_PP(2);
+	text	   *epoch = PG_GETARG_TEXT_PP(5);
+	int32		quarantine = PG_GETARG_INT32(6);
+	StringInfoData cmd;
+
 	initStringInfo(&cmd);
-	appendStringInfoString(&cmd, "*10\r\n");
-	resp_arg(&cmd, "EVALSHA", 7);
-	resp_arg(&cmd, sf_acquire_sha, strlen(sf_acquire_sha));
-	resp_arg(&cmd, "2", 1);
-	resp_arg(&cmd, VARDATA_ANY(lock), VARSIZE_ANY_EXHDR(lock));
-	resp_arg(&cmd, VARDATA_ANY(counter), VARSIZE_ANY_EXHDR(counter));
-	resp_arg(&cmd, VARDATA_ANY(owner), VARSIZE_ANY_EXHDR(owner));
-	resp_arg(&cmd, num, snprintf(num, sizeof(num), "%d", ttl));
-	resp_arg(&cmd, num, snprintf(num, sizeof(num), INT64_FORMAT, proposal));
-	resp_arg(&cmd, VARDATA_ANY(epoch), VARSIZE_ANY_EXHDR(epoch));
-	resp_arg(&cmd, num, snprintf(num, sizeof(num), "%d", quarantine));
+	sf_acquire_cmd(&cmd, lock, PG_GETARG_TEXT_PP(1), owner, PG_GETARG_INT32(3),
+				   epoch, quarantine);
 	if (!sf_round(&cmd))
 		PG_RETURN_BOOL(false);
-
 	resetStringInfo(&cmd);
-	appendStringInfoString(&cmd, "*8\r\n");
-	resp_arg(&cmd, "EVALSHA", 7);
-	resp_arg(&cmd, sf_release_sha, strlen(sf_release_sha));
-	resp_arg(&cmd, "1", 1);
-	resp_arg(&cmd, VARDATA_ANY(lock), VARSIZE_ANY_EXHDR(lock));
-	resp_arg(&cmd, VARDATA_ANY(owner), VARSIZE_ANY_EXHDR(owner));
-	resp_arg(&cmd, VARDATA_ANY(prefix), VARSIZE_ANY_EXHDR(prefix));
-	resp_arg(&cmd, VARDATA_ANY(epoch), VARSIZE_ANY_EXHDR(epoch));
-	resp_arg(&cmd, num, snprintf(num, sizeof(num), "%d", quarantine));
+	sf_release_cmd(&cmd, lock, owner, PG_GETARG_TEXT_PP(4), epoch, quarantine);
+	PG_RETURN_BOOL(sf_round(&cmd));
+}
+
+/* the two rounds of a cycle apart, for a cycle of two statements */
+PG_FUNCTION_INFO_V1(shared_floor_acquire);
+
+Datum
+shared_floor_acquire(PG_FUNCTION_ARGS)
+{
+	StringInfoData cmd;
+
+	initStringInfo(&cmd);
+	sf_acquire_cmd(&cmd, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
+				   PG_GETARG_TEXT_PP(2), PG_GETARG_INT32(3),
+				   PG_GETARG_TEXT_PP(4), PG_GETARG_INT32(5));
+	PG_RETURN_BOOL(sf_round(&cmd));
+}
+
+PG_FUNCTION_INFO_V1(shared_floor_release);
+
+Datum
+shared_floor_release(PG_FUNCTION_ARGS)
+{
+	StringInfoData cmd;
+
+	initStringInfo(&cmd);
+	sf_release_cmd(&cmd, PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
+				   PG_GETARG_TEXT_PP(2), PG_GETARG_TEXT_PP(3),
+				   PG_GETARG_INT32(4));
 	PG_RETURN_BOOL(sf_round(&cmd));
 }
