@@ -228,7 +228,7 @@ conn_of() {
 
 # ---------------------------------------------------------------- the runs
 RUNS=$OUT/runs.tsv	# one line a run, the columns of RUN_COLS
-RUN_COLS="item sessions rep cycles_s cycles aborted failed error conn_most conn_least samples busy others p50_ms p99_ms max_ms rounds_shared rounds_own waits waits_failed redis_us server_us client_us disp_pct"
+RUN_COLS="item sessions rep cycles_s cycles aborted failed error conn_most conn_least samples busy others p50_ms p99_ms max_ms rounds_shared rounds_own waits waits_failed redis_us server_us client_us disp_pct reads_cycle"
 echo "$RUN_COLS" | tr ' ' '\t' > "$RUNS"
 disp() { q -F' ' -c 'SELECT rounds_shared, rounds_own, connection_waits, connection_waits_failed FROM redlock_dispatcher'; }
 # disp_cpu: the dispatcher's CPU jiffies so far, and the time (ns)
@@ -263,10 +263,20 @@ client() {
 HZ=$(getconf CLK_TCK)
 TIMEFORMAT='%3U %3S'
 our_cpu() { bench_our_cpu redis "$PORTS" "$PG_PM_PID $SF_PM_PID"; }
+# node_reads: the reads the 5 nodes made from their clients so far (INFO
+# stats total_reads_processed): commands per read show how well the
+# commands of many sessions travel together
+node_reads() {
+	local p n=0
+	for p in $PORTS; do
+		n=$((n + $(redis-cli -p "$p" INFO stats | tr -d '\r' | awk -F: '$1 == "total_reads_processed" { print $2 + 0 }')))
+	done
+	echo "$n"
+}
 run() {
 	local item=$1 n=$2 rep=$3 tag="$1_$2_$3" sys=rl b0 t0 b1 t1 r0 p0 r1 p1 cu cs rc=0 d0 d1 oth
 	local tps='-' cycles=0 aborted=0 failed=0 err='' conn='- - -' lats='- - -' dd='- - - -' cpu
-	local dc0 dn0 dc1 dn1 dpct='-'
+	local dc0 dn0 dc1 dn1 dpct='-' nr0 nr1
 	case $item in node) sys=node ;; sf|sf2) sys=sf ;; adv) sys=adv ;; esac
 	log "$item, $n session(s), repeat $rep, ${SECS}s"
 	others "$sys" > "$OUT/others_$tag.txt"
@@ -274,9 +284,11 @@ run() {
 	[ "$sys" = adv ] || sample_start "$tag"
 	read -r b0 t0 < <(bench_cpu_now)
 	read -r r0 p0 < <(our_cpu)
+	nr0=$(node_reads)
 	{ time client "$item" "$n" "$tag" > "$OUT/$tag.out" 2> "$OUT/$tag.err" || rc=$?; } 2> "$OUT/$tag.time"
 	read -r b1 t1 < <(bench_cpu_now)
 	read -r r1 p1 < <(our_cpu)
+	nr1=$(node_reads)
 	read -r cu cs < "$OUT/$tag.time"
 	# the share of all CPUs that processes other than this run's used: the
 	# machine's busy jiffies less the nodes', the clusters' and the client's
@@ -316,7 +328,8 @@ run() {
 			printf "%.1f %.1f %.1f", r / hz * 1e6 / c, p / hz * 1e6 / c, (u + s) * 1e6 / c }')
 	# shellcheck disable=SC2086	# conn, lats, dd and cpu are several columns each
 	{ printf '%s\t' "$item" "$n" "$rep" "$tps" "$cycles" "$aborted" "$failed" "${err:--}" $conn \
-		"$(bench_busy "$b0" "$t0" "$b1" "$t1")" "$oth" $lats $dd $cpu "$dpct"; echo; } | sed 's/\t$//' >> "$RUNS"
+		"$(bench_busy "$b0" "$t0" "$b1" "$t1")" "$oth" $lats $dd $cpu "$dpct" \
+		"$(awk -v n=$((nr1 - nr0)) -v c="$cycles" 'BEGIN { if (c + 0 == 0) print "-"; else printf "%.2f", n / c }')"; echo; } | sed 's/\t$//' >> "$RUNS"
 	if [ "$rc" != 0 ] || [ "$aborted" != 0 ] || [ "$failed" != 0 ]; then
 		log "  $item at $n: exit $rc, $aborted aborted, $failed failed${err:+: $err}"
 	fi
@@ -447,15 +460,17 @@ REPORT_FILE=$OUT/SCALE.md
 	echo "Microseconds of CPU per lock + unlock cycle (medians of the repeats): the 5 nodes',"
 	echo "the PostgreSQL clusters' (backends, workers, postmasters), the client's (pgbench,"
 	echo "or node-redlock's node), and their sum; for redlock also the dispatcher's busy share"
-	echo "of one CPU during the run. On $(nproc) CPUs shared by all of them, the sum bounds the cycles/s."
+	echo "of one CPU during the run, and the reads the 5 nodes made from their clients per cycle"
+	echo "(INFO stats total_reads_processed; a cycle sends 10 commands, 2 to each node: fewer"
+	echo "reads, more commands per read). On $(nproc) CPUs shared by all of them, the sum bounds the cycles/s."
 	echo
-	echo "| sessions | item | nodes us | PostgreSQL us | client us | sum us | dispatcher % of a CPU |"
-	echo "|---:|---|---:|---:|---:|---:|---:|"
+	echo "| sessions | item | nodes us | PostgreSQL us | client us | sum us | dispatcher % of a CPU | node reads per cycle |"
+	echo "|---:|---|---:|---:|---:|---:|---:|---:|"
 	for n in "${SESSIONS[@]}"; do
 		for i in rl2 rl1 node sf2 sf; do
 			[ "$(med "$i" "$n" cycles_s)" != - ] || continue
 			local_r=$(med "$i" "$n" redis_us) local_p=$(med "$i" "$n" server_us) local_c=$(med "$i" "$n" client_us)
-			echo "| $n | $i | $local_r | $(if [ "$i" = node ]; then echo -; else echo "$local_p"; fi) | $local_c | $(awk -v a="$local_r" -v b="$local_p" -v c="$local_c" -v i="$i" 'BEGIN { if (a == "-" || c == "-") print "-"; else printf "%.0f", a + (i == "node" ? 0 : b) + c }') | $(med "$i" "$n" disp_pct) |"
+			echo "| $n | $i | $local_r | $(if [ "$i" = node ]; then echo -; else echo "$local_p"; fi) | $local_c | $(awk -v a="$local_r" -v b="$local_p" -v c="$local_c" -v i="$i" 'BEGIN { if (a == "-" || c == "-") print "-"; else printf "%.0f", a + (i == "node" ? 0 : b) + c }') | $(med "$i" "$n" disp_pct) | $(med "$i" "$n" reads_cycle) |"
 		done
 	done
 	echo
