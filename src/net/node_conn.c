@@ -120,7 +120,7 @@ typedef struct RlKeptStash
 void
 rl_nodes_apply_config(void)
 {
-	RlKeptStash stash[RL_MAX_NODES];
+	static RlKeptStash stash[RL_MAX_NODES];	/* too large for the stack */
 	int			nstash = rl_nnodes;
 
 	rl_nodes_disconnect_all();
@@ -252,7 +252,7 @@ node_connect(RlNode *node, RlRequest *req)
 		node_fail(node, req, RL_OUTCOME_OTHER, "could not queue INFO");
 		return;
 	}
-	queue_send_kept(node);
+	queue_send_kept(node, rl_owed_behind());
 
 	resolve_start(node);
 	if (node->resolve_done)

@@ -24,8 +24,11 @@
 #define RL_TAG_AUTH			UINT64_C(0)
 #define RL_TAG_DISCARD		UINT64_MAX
 #define RL_TAG_INFO			(UINT64_MAX - 1)	/* INFO server at connect */
-#define RL_MAX_KEPT			32	/* must-deliver commands kept for a node
-								 * that cannot be reached now */
+#define RL_MAX_KEPT			RL_MAX_OWED /* must-deliver commands kept for a
+									 * node that cannot take them now: as
+									 * many as a connection may owe (the
+									 * dispatcher's, for hundreds of
+									 * backends, owes hundreds) */
 #define RL_MAX_ADDRS		8	/* addresses of one node tried in turn */
 
 /*
@@ -250,7 +253,7 @@ extern bool queue_owe(RlNode *node, uint64_t tag);
 extern void queue_keep(RlNode *node, const RlRequest *req);
 extern void queue_keep_text(RlNode *node, char *cmd, int len);
 extern void queue_requeue_owed(RlNode *node);
-extern void queue_send_kept(RlNode *node);
+extern void queue_send_kept(RlNode *node, int upto);
 
 /* node_fail.c: a node's failure and recovery */
 extern void node_disconnect(RlNode *node);

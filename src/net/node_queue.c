@@ -282,30 +282,39 @@ queue_requeue_owed(RlNode *node)
 	node->owed_count = 0;
 }
 
-/* Queue the kept commands on a new connection, ahead of anything else. */
+/*
+ * Queue the kept commands on the connection (a new one, or one that caught
+ * up), ahead of anything else, while it owes fewer than upto replies: the
+ * rest stay kept, in order, for later.
+ */
 void
-queue_send_kept(RlNode *node)
+queue_send_kept(RlNode *node, int upto)
 {
-	int			n = node->nkept;
+	int			sent = 0;
 
-	node->nkept = 0;
-	for (int i = 0; i < n; i++)
+	while (sent < node->nkept)
 	{
-		char	   *cmd = node->kept_cmd[i];
-		int			len = node->kept_len[i];
+		char	   *cmd = node->kept_cmd[sent];
+		int			len = node->kept_len[sent];
 		int			slot = (node->owed_head + node->owed_count) % RL_MAX_OWED;
 
-		if (node->state != RL_CONN_NONE &&
-			node->owed_count < rl_owed_limit() &&
-			sock_append(node, cmd, len))
-		{
-			(void) queue_owe(node, RL_TAG_DISCARD);
-			/* still must be delivered: kept with its slot until answered */
-			node->owed_cmd[slot] = cmd;
-			node->owed_cmd_len[slot] = len;
-		}
-		else
-			queue_keep_text(node, cmd, len);
+		if (node->state == RL_CONN_NONE ||
+			node->owed_count >= Min(upto, rl_owed_limit()) ||
+			!sock_append(node, cmd, len))
+			break;
+		(void) queue_owe(node, RL_TAG_DISCARD);
+		/* still must be delivered: kept with its slot until answered */
+		node->owed_cmd[slot] = cmd;
+		node->owed_cmd_len[slot] = len;
+		sent++;
+	}
+	if (sent > 0)
+	{
+		node->nkept -= sent;
+		memmove(&node->kept_cmd[0], &node->kept_cmd[sent],
+				sizeof(char *) * node->nkept);
+		memmove(&node->kept_len[0], &node->kept_len[sent],
+				sizeof(int) * node->nkept);
 	}
 }
 
