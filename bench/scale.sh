@@ -24,6 +24,8 @@
 #   --set NAME=VALUE  a setting of the redlock cluster (repeatable), for
 #                 experiments; the report lists it
 #   --items LIST  the items to run, comma-separated (default: all)
+#   --sessions LIST  the points, comma-separated numbers of sessions
+#                 (default: as above); not the committed report either
 #   --pg-config, --private-copy   which PostgreSQL installation to build,
 #                 install and run in, or a private copy of it (bench/lib.sh)
 #
@@ -77,7 +79,7 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: bash bench/scale.sh [--quick] [--seconds N] [--reps N] [--node-timeout MS] [--set NAME=VALUE] [--items LIST] [--no-report] $BENCH_PG_OPTIONS" >&2
+	echo "usage: bash bench/scale.sh [--quick] [--seconds N] [--reps N] [--node-timeout MS] [--set NAME=VALUE] [--items LIST] [--sessions LIST] [--no-report] $BENCH_PG_OPTIONS" >&2
 	exit 2
 }
 
@@ -88,7 +90,7 @@ OUT=$ROOT/bench/out-scale
 CMD="bash bench/scale.sh${*:+ $*}"
 QUICK=0
 REPORT=1
-SECS='' REPS='' NODE_TIMEOUT='' SETS=() ONLY_ITEMS=''
+SECS='' REPS='' NODE_TIMEOUT='' SETS=() ONLY_ITEMS='' ONLY_SESSIONS=''
 while [ $# -gt 0 ]; do
 	if bench_pg_option "$@"; then shift "$BENCH_SHIFT"; continue; fi
 	case "$1" in
@@ -100,11 +102,12 @@ while [ $# -gt 0 ]; do
 	--set) [ $# -ge 2 ] && [[ $2 =~ ^[a-z_.]+=[^[:space:]]+$ ]] || usage; SETS+=("$2"); shift 2 ;;
 	--items) [ $# -ge 2 ] && [[ $2 =~ ^(rl2|rl1|node|sf|sf2|hot|adv)(,(rl2|rl1|node|sf|sf2|hot|adv))*$ ]] || usage
 		ONLY_ITEMS=$2; shift 2 ;;
+	--sessions) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || usage; ONLY_SESSIONS=$2; shift 2 ;;
 	*) usage ;;
 	esac
 done
 # an experiment (other settings, some items) is never the committed report
-[ ${#SETS[@]} = 0 ] && [ -z "$ONLY_ITEMS" ] || REPORT=0
+[ ${#SETS[@]} = 0 ] && [ -z "$ONLY_ITEMS" ] && [ -z "$ONLY_SESSIONS" ] || REPORT=0
 if [ "$QUICK" = 1 ]; then
 	SESSIONS=(1 16 64)
 	: "${SECS:=3}" "${REPS:=1}"
@@ -113,6 +116,7 @@ else
 	SESSIONS=(1 16 64 128 256)
 	: "${SECS:=8}" "${REPS:=3}"
 fi
+[ -z "$ONLY_SESSIONS" ] || IFS=, read -r -a SESSIONS <<<"$ONLY_SESSIONS"
 REP_AT=" 16 64 "	# the points repeated REPS times; the others run once
 [[ $SECS =~ ^[0-9]+$ && $REPS =~ ^[0-9]+$ ]] && [ "$SECS" -ge 1 ] && [ "$REPS" -ge 1 ] || usage
 [ -z "$NODE_TIMEOUT" ] || [[ $NODE_TIMEOUT =~ ^[0-9]+$ ]] || usage
