@@ -52,7 +52,8 @@ abort_acquire(void)
 /*
  * Backend exit: release everything, then let the nodes take what is still
  * in flight before the connections close (bounded: one connect_timeout and
- * two node_timeouts in all).
+ * two node_timeouts in all, and one more node_timeout when the idle timer
+ * had ended the connections, whose owed replies the release reads first).
  */
 static void
 rl_backend_exit(int code, Datum arg)

@@ -297,11 +297,11 @@ rl_nodes_drain(int64_t deadline_us)
  * to the caller's deadline; so a command sent next on another connection
  * (the dispatcher's, a new one) cannot reach the node before them (a lock
  * refused because the release before it was not applied yet).  The wait
- * is cut into slices, and ends early on a cancel or a termination (the
- * round that follows raises it).  Then the sockets are let go, quietly: no
- * failure, no backoff; a node that still owes a reply then is one that
- * has not answered for the whole deadline (stopped or gone), and what it
- * owes, if it must be delivered, is kept for its next connection.
+ * is cut into slices; where the caller may throw (interruptible), a
+ * cancel or a termination is served between them, and the sockets stay
+ * as they are for the next round to read on.  Then the sockets are let
+ * go, quietly: no failure, no backoff; what a node still owes then, if it
+ * must be delivered, is kept for its next connection.
  */
 #define RL_SHUT_SLICE_MS	100
 
@@ -329,7 +329,7 @@ rl_nodes_shut_idle(void)
 }
 
 void
-rl_nodes_close_shut(int64_t deadline_us)
+rl_nodes_close_shut(int64_t deadline_us, bool interruptible)
 {
 	if (!nodes_shut)
 		return;
@@ -342,9 +342,14 @@ rl_nodes_close_shut(int64_t deadline_us)
 		rl_nodes_drain(Min(deadline_us, now + RL_SHUT_SLICE_MS * 1000));
 		for (int i = 0; i < rl_nnodes; i++)
 			owed |= rl_nodes[i].shut_ours && rl_nodes[i].owed_count > 0;
-		if (!owed || rl_now_us() >= deadline_us ||
-			QueryCancelPending || ProcDiePending)
+		if (!owed || rl_now_us() >= deadline_us)
 			break;
+		if (interruptible && INTERRUPTS_PENDING_CONDITION())
+		{
+			nodes_shut = true;	/* an error leaves the rest to the next round */
+			CHECK_FOR_INTERRUPTS();
+			nodes_shut = false;
+		}
 	}
 	for (int i = 0; i < rl_nnodes; i++)
 		if (rl_nodes[i].shut_ours)

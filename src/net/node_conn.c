@@ -252,7 +252,7 @@ node_connect(RlNode *node, RlRequest *req)
 		node_fail(node, req, RL_OUTCOME_OTHER, "could not queue INFO");
 		return;
 	}
-	queue_send_kept(node, rl_owed_behind());
+	queue_send_kept(node, rl_owed_limit());
 
 	resolve_start(node);
 	if (node->resolve_done)

@@ -15,8 +15,9 @@
  * bytes with its reply slot until the node answers it.  If the connection
  * dies first, or the node cannot be reached at all, the command is kept and
  * sent ahead of everything else on the next connection, so a node that was
- * briefly away does not hold a lock until its TTL.  The oldest is dropped
- * when too many pile up.  Kept commands live in malloc'd memory, like the
+ * briefly away does not hold a lock until its TTL (as far as the connection
+ * has room; no new request goes before them).  The oldest is dropped only
+ * when more than RL_MAX_KEPT pile up, as many as a connection may owe.  Kept commands live in malloc'd memory, like the
  * output buffer: nothing here allocates with palloc on the no-throw paths.
  * They outlive a change of the node list for the nodes that stay in it
  * (node_conn.c), and a worker that exits hands them to its successor
@@ -203,9 +204,17 @@ queue_owe(RlNode *node, uint64_t tag)
 void
 queue_keep_text(RlNode *node, char *cmd, int len)
 {
+	/*
+	 * The same command twice (a node failed again before its kept ones
+	 * went out): compared from its end, where the keys and the owner
+	 * values differ (every release begins with the same script's text)
+	 */
+	int			tail = Min(len, 128);
+
 	for (int i = 0; i < node->nkept; i++)
 	{
 		if (node->kept_len[i] == len &&
+			memcmp(node->kept_cmd[i] + len - tail, cmd + len - tail, tail) == 0 &&
 			memcmp(node->kept_cmd[i], cmd, len) == 0)
 		{
 			redisFreeCommand(cmd);	/* already kept */
@@ -283,9 +292,9 @@ queue_requeue_owed(RlNode *node)
 }
 
 /*
- * Queue the kept commands on the connection (a new one, or one that caught
- * up), ahead of anything else, while it owes fewer than upto replies: the
- * rest stay kept, in order, for later.
+ * Queue the kept commands on the connection, in order, while it owes
+ * fewer than upto replies: the rest stay kept, in order, and no new
+ * request is asked on it before they went (round_dispatch).
  */
 void
 queue_send_kept(RlNode *node, int upto)

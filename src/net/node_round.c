@@ -130,19 +130,36 @@ round_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff,
 		return;
 	}
 
+	res->asked_us = now;		/* asked from here on (report_round) */
+	if (node->state == RL_CONN_NONE)
+	{
+		node_connect(node, req);	/* sends what is kept for the node */
+		if (node->state == RL_CONN_NONE)
+			return;				/* node_fail kept a must-deliver request */
+	}
+
+	/* what is kept for the node goes first, as far as there is room */
+	if (node->state == RL_CONN_READY && node->nkept > 0)
+		queue_send_kept(node, rl_owed_limit());
+
 	/*
 	 * A connection far behind (its node kept off the CPU while the rounds
-	 * of many sessions go on without it) is asked nothing new, and kept
-	 * rather than failed: a new connection's commands could reach the node
-	 * before the old one's, which it has yet to run (a lock applied after
-	 * its release).  Its answers count as late, which is not a failure of
-	 * the node; a must-deliver request is sent on this connection all the
-	 * same, behind its backlog (once more than 32 releases were kept here
-	 * and the oldest dropped, and locks outlived their release until
-	 * their TTL: bench/scale.sh at 256 sessions).
+	 * of many sessions go on without it), or with commands still kept for
+	 * it, is asked nothing new, and kept rather than failed: a new
+	 * connection's commands could reach the node before the old one's,
+	 * which it has yet to run (a lock applied after its release), and a
+	 * new request must not overtake the kept ones.  Its answers count as
+	 * late, which is not a failure of the node.  A must-deliver request
+	 * goes on this connection all the same, behind its backlog and what
+	 * was kept before it (kept only while the connection cannot owe one
+	 * more reply).  Once, at most 32 were kept and the oldest dropped, and
+	 * locks outlived their release until their TTL (bench/scale.sh at 256
+	 * sessions).
 	 */
-	if (node->state == RL_CONN_READY && node->owed_count >= rl_owed_behind())
+	if (node->nkept > 0 ||
+		(node->state == RL_CONN_READY && node->owed_count >= rl_owed_behind()))
 	{
+		res->asked_us = 0;
 		res->vote = RL_VOTE_FAILED;
 		res->outcome = RL_OUTCOME_LATE;
 		res->latency_us = node->last_rtt_us;
@@ -151,26 +168,10 @@ round_dispatch(RlNode *node, RlRequest *req, uint64_t tag, bool honour_backoff,
 				 node->owed_count);
 		if (req->must_deliver)
 		{
-			/*
-			 * Behind this connection's backlog, on the same connection: in
-			 * order with everything sent before it (not awaited here).
-			 * Kept only while the connection cannot owe one more reply.
-			 */
 			queue_keep(node, req);
 			queue_send_kept(node, rl_owed_limit());
 		}
 		return;
-	}
-	if (node->state == RL_CONN_READY && node->nkept > 0 &&
-		node->owed_count < rl_owed_behind() / 2)
-		queue_send_kept(node, rl_owed_behind());
-
-	res->asked_us = now;		/* asked from here on (report_round) */
-	if (node->state == RL_CONN_NONE)
-	{
-		node_connect(node, req);
-		if (node->state == RL_CONN_NONE)
-			return;				/* node_fail kept a must-deliver request */
 	}
 
 	if (!queue_request(node, req, tag))

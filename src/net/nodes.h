@@ -178,10 +178,11 @@ extern void rl_nodes_disconnect_all(void);
  * rl_nodes_shut_idle, for a signal handler that fires while this process
  * runs no round: ends its connections if all are quiet (true), and
  * rl_nodes_close_shut, at the start of the next round, reads what they
- * still owe (up to the deadline) and lets them go.
+ * still owe (up to the deadline; serving interrupts meanwhile if
+ * interruptible) and lets them go.
  */
 extern bool rl_nodes_shut_idle(void);
-extern void rl_nodes_close_shut(int64_t deadline_us);
+extern void rl_nodes_close_shut(int64_t deadline_us, bool interruptible);
 extern int	rl_nodes_open_connections(void);
 extern const char *rl_nodes_error_hint(const RlRequest *req,
 									   const char *fallback);

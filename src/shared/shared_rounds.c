@@ -397,7 +397,10 @@ save_kept(const char *node_name, const char *cmd, int len, void *arg)
 	rec.cmdlen = len;
 	need = sizeof(rec) + rec.namelen + len;
 	if (len <= 0 || rl_shared->kept_used + need > RL_SHARED_KEPT_BYTES)
+	{
+		(*(int *) arg)++;
 		return;
+	}
 	memcpy(at, &rec, sizeof(rec));
 	memcpy(at + sizeof(rec), node_name, rec.namelen);
 	memcpy(at + sizeof(rec) + rec.namelen, cmd, len);
@@ -409,11 +412,20 @@ save_kept(const char *node_name, const char *cmd, int len, void *arg)
 void
 rl_shared_save_kept(void)
 {
+	int			lost = 0;
+
 	if (rl_shared == NULL)
 		return;
+
 	rl_shared->nkept = 0;
 	rl_shared->kept_used = 0;
-	rl_nodes_hand_kept(save_kept, NULL);
+	rl_nodes_hand_kept(save_kept, &lost);
+	if (lost > 0)
+		ereport(LOG,
+				(errmsg_plural("%d release kept for an unreachable Redis node could not be handed to the next dispatcher",
+							   "%d releases kept for unreachable Redis nodes could not be handed to the next dispatcher",
+							   lost, lost),
+				 errdetail("Their locks stay on those nodes until their TTL runs out.")));
 }
 
 /*

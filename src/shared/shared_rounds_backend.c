@@ -511,7 +511,8 @@ shared_run_elsewhere(RlRequest *req, bool wait)
 	 */
 	rl_own_round_begin(req->nothrow ?
 					   rl_now_us() + (int64_t) rl_node_timeout_ms * 1000 :
-					   round_bound_us(rl_now_us()));
+					   round_bound_us(rl_now_us()),
+					   !req->nothrow);
 
 	/* counted still if an error ended the last round before its abort */
 	if (counted)

@@ -85,7 +85,7 @@ typedef struct RlSharedRounds
 } RlSharedRounds;
 
 /* room for the commands a dispatcher hands to its successor */
-#define RL_SHARED_KEPT_BYTES	(64 * 1024)
+#define RL_SHARED_KEPT_BYTES	(2 * 1024 * 1024)	/* about 1000 releases */
 
 extern RlSharedRounds *rl_shared;	/* NULL: not preloaded */
 

@@ -164,11 +164,12 @@ take_permit(bool force)
 }
 
 void
-rl_own_round_begin(int64_t drain_deadline_us)
+rl_own_round_begin(int64_t drain_deadline_us, bool interruptible)
 {
 	in_round = true;
 	pg_compiler_barrier();
-	rl_nodes_close_shut(drain_deadline_us); /* connections the timer ended */
+	/* connections the timer ended */
+	rl_nodes_close_shut(drain_deadline_us, interruptible);
 	if (!permit_held)
 		timer_stop();
 }

@@ -15,9 +15,10 @@
 /*
  * Around every round of a backend (the round hook): begin lets go of
  * connections the idle timer ended, once they answered what they owe (or
- * at drain_deadline_us); until end, the timer leaves them be.
+ * at drain_deadline_us, serving interrupts meanwhile if interruptible);
+ * until end, the timer leaves them be.
  */
-extern void rl_own_round_begin(int64_t drain_deadline_us);
+extern void rl_own_round_begin(int64_t drain_deadline_us, bool interruptible);
 extern void rl_own_round_end(void);
 
 /* true without shared_preload_libraries: no permits, no bound */
