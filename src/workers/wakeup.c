@@ -15,8 +15,14 @@
  * itself silently: nobody waits for a lock that was never held.
  *
  * A release that comes between a waiter's refused attempt and our
- * subscription would go unheard: so once a majority of the nodes confirm a
- * new subscription, the first waiter is woken to ask once more.  Keys stay
+ * subscription would go unheard: so once every node confirmed a new
+ * subscription, the first waiter is woken to ask once more (or once a
+ * majority did, node_timeout after it was sent: a node that never confirms
+ * must not hold the waiter up).  Not at a majority: the attempt that wake
+ * makes must be heard of on every node, and a node that has not confirmed
+ * yet might run it first, so the word its withdrawal gives of the waiter's
+ * offer ("offer -", lock_table_remote.c) would be lost, and a handoff
+ * elsewhere would wait for that node until node_timeout.  Keys stay
  * subscribed for RL_WAKEUP_LINGER_MS after their last waiter left, so that
  * sessions that wait for the same lock again and again (a hot row) do not
  * pay that extra round each time.
@@ -45,8 +51,8 @@
 									 * keys poll */
 #define RL_WAKEUP_LINGER_MS	2000	/* a key stays subscribed this long after
 									 * its last waiter left */
-#define RL_WAKEUP_FRESH_MS	5000	/* a new subscription not confirmed by a
-									 * majority in this time is let go */
+#define RL_WAKEUP_FRESH_MS	5000	/* a new subscription not confirmed by
+									 * every node in this time is let go */
 #define RL_WAKEUP_PING_MS	5000	/* a connection silent this long is
 									 * pinged; one that then owes the answer
 									 * for the silence limit is reconnected */
@@ -80,10 +86,11 @@ key_notes(const char *name)
 }
 
 /*
- * Node node says something of key: once a majority of the nodes said it,
- * wake the key's first waiter here.  The note stays (until notes_due lets
- * it go) so that the other nodes' word on the same event is not taken for
- * a new one; a node that speaks again starts a new note.
+ * Node node says something of key: once enough of the nodes said it (a
+ * majority of a release, every node of a new subscription), wake the key's
+ * first waiter here.  The note stays (until notes_due lets it go) so that
+ * the other nodes' word on the same event is not taken for a new one; a
+ * node that speaks again starts a new note.
  */
 static void
 note_node(HTAB *notes, int node, const char *key)
@@ -91,6 +98,8 @@ note_node(HTAB *notes, int node, const char *key)
 	RlKeyNote  *n;
 	bool		found;
 	uint32		bit = (uint32) 1 << node;
+	int			enough = notes == rl_fresh ? rl_nodes_count() :
+		rl_majority(rl_nodes_count());
 
 	n = hash_search(notes, key, HASH_ENTER, &found);
 	if (!found || (n->nodes & bit) != 0)
@@ -100,7 +109,7 @@ note_node(HTAB *notes, int node, const char *key)
 		n->woken = false;
 	}
 	n->nodes |= bit;
-	if (!n->woken && pg_popcount32(n->nodes) >= rl_majority(rl_nodes_count()))
+	if (!n->woken && pg_popcount32(n->nodes) >= enough)
 	{
 		rl_lock_table_wake_key(key, strlen(key));
 		n->woken = true;
@@ -198,6 +207,40 @@ notes_due(HTAB *notes, long after_ms, bool wake)
 			if (wake && !n->woken)
 				rl_lock_table_wake_key(n->key, strlen(n->key));
 			hash_search(notes, n->key, HASH_REMOVE, NULL);
+		}
+		else
+			next_ms = Min(next_ms, (long) ((due - now + 999) / 1000));
+	}
+	return next_ms;
+}
+
+/*
+ * New subscriptions a majority of the nodes confirmed, but not every node,
+ * node_timeout ago (or before they are let go): wake the key's first
+ * waiter all the same.
+ * Returns the milliseconds until the next is due (at most a second).
+ */
+static long
+fresh_late(void)
+{
+	HASH_SEQ_STATUS status;
+	RlKeyNote  *n;
+	int64_t		now = rl_now_us();
+	long		next_ms = 1000;
+
+	hash_seq_init(&status, rl_fresh);
+	while ((n = hash_seq_search(&status)) != NULL)
+	{
+		int64_t		due = n->since_us +
+			(int64_t) Min(rl_node_timeout_ms, RL_WAKEUP_FRESH_MS) * 1000;
+
+		if (n->woken ||
+			pg_popcount32(n->nodes) < rl_majority(rl_nodes_count()))
+			continue;
+		if (due <= now)
+		{
+			rl_lock_table_wake_key(n->key, strlen(n->key));
+			n->woken = true;
 		}
 		else
 			next_ms = Min(next_ms, (long) ((due - now + 999) / 1000));
@@ -378,6 +421,7 @@ redlock_wakeup_main(Datum main_arg)
 		 * nodes for too long, or a look every second
 		 */
 		wait_ms = notes_due(rl_heard, rl_node_timeout_ms, true);
+		wait_ms = Min(wait_ms, fresh_late());
 		wait_ms = Min(wait_ms, notes_due(rl_fresh, RL_WAKEUP_FRESH_MS, false));
 		wait_ms = Min(wait_ms, rl_handoff_remote_due());
 		if (rl_worker_nodes_configured())
