@@ -147,10 +147,14 @@ $x->query("SELECT redlock_unlock('turns')");
 cmp_ok(got($l2), '>', $tx, 'turns: then the second s1 waiter');
 # (its lease is the value the refused handoff queued: the end of its wait
 # withdraws its other offers, not that one; once it did, and the lock was
-# gone from the nodes while the waiter held it)
+# gone from the nodes while the waiter held it.  A majority, not every node:
+# the waiter's backstop attempt may meet the release halfway, take back the
+# lock handed to its queued offer on some nodes, and, refused by the others,
+# withdraw it there; the release then hands the others to its new offer.)
 usleep(300_000);
-is(join(' ', map { /:(\d+)$/ ? $1 : $_ } lock_values('turns', @redis)), join(' ', ($l2pid) x @redis),
-	'turns: and holds it on every node');
+my @held = map { /:(\d+)$/ ? $1 : $_ } lock_values('turns', @redis);
+ok((grep { $_ eq $l2pid } @held) >= ceil((@redis + 1) / 2) && !grep { $_ ne $l2pid && $_ ne '-' } @held,
+	'turns: and holds it on a majority of the nodes, nobody else on any') or diag("lock on the nodes: @held");
 $_->query("SELECT redlock_unlock_all()") for $x, $l1, $l2;
 $_->quit for $x, $l1, $l2;
 $pg{s1}->safe_psql('postgres', 'ALTER SYSTEM RESET redlock.local_handoffs');
