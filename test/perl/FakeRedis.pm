@@ -44,7 +44,10 @@
 #                 not in @MODES: it is no wrong answer).  With
 #                 backend => 'host:port' (a real Redis) and delay => seconds,
 #                 a slow link instead: each request goes to the backend at
-#                 once, and its real answer comes back that late
+#                 once, and what the backend says (its answers, and the
+#                 messages of a subscribed connection) comes back that late.
+#                 hold_subscribe => seconds: a SUBSCRIBE (and what follows it
+#                 on its connection) reaches the backend that late
 #   slow_release  acquire (and the connect script) answered at once,
 #                 everything else 100 ms late
 #                 (release_delay => seconds: that late), as if the node
@@ -112,6 +115,7 @@ sub new
 	my $dir = $args{dir} // PostgreSQL::Test::Utils::tempdir('fakeredis');
 	my $log = "$dir/fake-$port.log";
 	my %link = (backend => $args{backend}, delay => $args{delay} // 0.2,
+		hold_subscribe => $args{hold_subscribe} // 0,
 		release_delay => $args{release_delay} // 0.1,
 		flood_limit => $args{flood_limit} // 256 * 1024 * 1024,
 		run_id => join('', map { sprintf '%x', int rand 16 } 1 .. 40));
@@ -434,19 +438,36 @@ sub reply_length
 	return $end - $pos;
 }
 
-# a slow link: the backend's answer to the request
-sub backend_answer
+# a slow link: the request (none: only those due) goes to the backend when
+# due (at once, or held behind an earlier one); what the backend says comes
+# back by the loop
+sub backend_send
 {
-	my ($c, $req) = @_;
-	my $cmd = '*' . @$req . "\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" } @$req);
-	$c->{backend}->syswrite($cmd) == length $cmd or die "backend: $!";
-	my $buf = '';
-	for (;;)
+	my ($c, $req, $when) = @_;
+	if (@$req)
 	{
-		my $len = reply_length(\$buf, 0);
-		return $buf if defined $len;
-		sysread($c->{backend}, $buf, 65536, length $buf) or die "backend: $!";
+		my $cmd = '*' . @$req . "\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" } @$req);
+		push @{ $c->{to_backend} }, [ $when, $cmd ];
 	}
+	while (@{ $c->{to_backend} } && $c->{to_backend}[0][0] <= time)
+	{
+		my $bytes = shift(@{ $c->{to_backend} })->[1];
+		$c->{backend}->syswrite($bytes) == length $bytes or die "backend: $!";
+	}
+}
+
+# a slow link's client gone: its backend connection goes too
+sub unlink_backend
+{
+	my ($sel, $links, $c) = @_;
+	return unless $c->{backend};
+	if ($links->{ fileno $c->{backend} })
+	{
+		$sel->remove($c->{backend});
+		delete $links->{ fileno $c->{backend} };
+	}
+	close $c->{backend};
+	delete $c->{backend};
 }
 
 sub serve
@@ -457,6 +478,7 @@ sub serve
 	$log->autoflush(1);
 	my $sel = IO::Select->new($listen);
 	my %conns;    # fileno => { sock, in, out => [[when, bytes]...], close, flood, id }
+	my %links;    # the backend's fileno => its client's conn (a slow link)
 	my $nconn = 0;
 	my $flood_chunk = 'f' x 65536;
 
@@ -466,9 +488,9 @@ sub serve
 		my $timeout = 0.2;
 		for my $c (values %conns)
 		{
-			if (@{ $c->{out} })
+			for my $q (grep { $_ && @$_ } $c->{out}, $c->{to_backend})
 			{
-				my $d = $c->{out}[0][0] - $now;
+				my $d = $q->[0][0] - $now;
 				$timeout = $d < $timeout ? ($d < 0 ? 0 : $d) : $timeout;
 			}
 		}
@@ -492,13 +514,32 @@ sub serve
 					close $s;
 					next;
 				}
-				my $c = { sock => $s, in => '', out => [], id => $nconn };
-				$c->{backend} = IO::Socket::INET->new(PeerAddr => $link->{backend}, Proto => 'tcp')
-				  or die "backend $link->{backend}: $!"
-				  if $link->{backend};
+				my $c = { sock => $s, in => '', out => [], id => $nconn, to_backend => [] };
+				if ($link->{backend})
+				{
+					$c->{backend} = IO::Socket::INET->new(PeerAddr => $link->{backend}, Proto => 'tcp')
+					  or die "backend $link->{backend}: $!";
+					$links{ fileno $c->{backend} } = $c;
+					$sel->add($c->{backend});
+				}
 				push @{ $c->{out} }, [ 0, "+HELLO\r\n" ] if $mode eq 'unsolicited';
 				$conns{ fileno $s } = $c;
 				$sel->add($s);
+				next;
+			}
+			if (my $lc = $links{ fileno $fh })
+			{
+				# the backend speaks: its words reach the client that late
+				my $got = sysread($fh, my $said, 65536);
+				next if !defined $got && $!{EAGAIN};
+				if (!$got)
+				{
+					$sel->remove($fh);
+					delete $links{ fileno $fh };
+					$lc->{close} = 1;
+					next;
+				}
+				push @{ $lc->{out} }, [ time + $link->{delay}, $said ];
 				next;
 			}
 			my $c = $conns{ fileno $fh } or next;
@@ -518,6 +559,7 @@ sub serve
 				$sel->remove($fh);
 				delete $conns{ fileno $fh };
 				close $fh;
+				unlink_backend($sel, \%links, $c);
 				next;
 			}
 			$c->{in} .= $data;
@@ -529,7 +571,8 @@ sub serve
 				next if $c->{close} || $c->{flood} || $c->{flooded};
 				if ($c->{backend})
 				{
-					push @{ $c->{out} }, [ time + $link->{delay}, backend_answer($c, $req) ];
+					backend_send($c, $req, time +
+						(uc($req->[0] // '') eq 'SUBSCRIBE' ? $link->{hold_subscribe} : 0));
 					next;
 				}
 				my ($chunks, $action) = answer($mode, $req, $link, $c);
@@ -549,6 +592,7 @@ sub serve
 		for my $fd (keys %conns)
 		{
 			my $c = $conns{$fd};
+			backend_send($c, [], 0) if $c->{backend} && @{ $c->{to_backend} } && $c->{to_backend}[0][0] <= $now;
 			while (@{ $c->{out} } && $c->{out}[0][0] <= $now)
 			{
 				my $bytes = $c->{out}[0][1];
@@ -595,6 +639,7 @@ sub serve
 				$sel->remove($c->{sock});
 				close $c->{sock};
 				delete $conns{$fd};
+				unlink_backend($sel, \%links, $c);
 			}
 		}
 	}
