@@ -185,12 +185,13 @@ on_push(int node, RlPushKind kind, const char *channel, size_t len,
 }
 
 /*
- * Notes older than after_ms: wake the key's first waiter (wake, unless a
- * majority already did) and forget them.  Returns the milliseconds until
- * the next note is due (at most a second).
+ * Notes wake_ms old, of at least wake_nodes nodes: wake the key's first
+ * waiter (unless enough nodes already did).  Notes forget_ms old (at least
+ * wake_ms): forget them.  Returns the milliseconds until the next is due
+ * (at most a second).
  */
 static long
-notes_due(HTAB *notes, long after_ms, bool wake)
+notes_due(HTAB *notes, long wake_ms, int wake_nodes, long forget_ms)
 {
 	HASH_SEQ_STATUS status;
 	RlKeyNote  *n;
@@ -200,50 +201,22 @@ notes_due(HTAB *notes, long after_ms, bool wake)
 	hash_seq_init(&status, notes);
 	while ((n = hash_seq_search(&status)) != NULL)
 	{
-		int64_t		due = n->since_us + (int64_t) after_ms * 1000;
+		int64_t		wake = n->since_us + (int64_t) wake_ms * 1000;
+		int64_t		forget = n->since_us + (int64_t) forget_ms * 1000;
+		bool		to_wake = !n->woken &&
+			pg_popcount32(n->nodes) >= wake_nodes;
 
-		if (due <= now)
-		{
-			if (wake && !n->woken)
-				rl_lock_table_wake_key(n->key, strlen(n->key));
-			hash_search(notes, n->key, HASH_REMOVE, NULL);
-		}
-		else
-			next_ms = Min(next_ms, (long) ((due - now + 999) / 1000));
-	}
-	return next_ms;
-}
-
-/*
- * New subscriptions a majority of the nodes confirmed, but not every node,
- * node_timeout ago (or before they are let go): wake the key's first
- * waiter all the same.
- * Returns the milliseconds until the next is due (at most a second).
- */
-static long
-fresh_late(void)
-{
-	HASH_SEQ_STATUS status;
-	RlKeyNote  *n;
-	int64_t		now = rl_now_us();
-	long		next_ms = 1000;
-
-	hash_seq_init(&status, rl_fresh);
-	while ((n = hash_seq_search(&status)) != NULL)
-	{
-		int64_t		due = n->since_us +
-			(int64_t) Min(rl_node_timeout_ms, RL_WAKEUP_FRESH_MS) * 1000;
-
-		if (n->woken ||
-			pg_popcount32(n->nodes) < rl_majority(rl_nodes_count()))
-			continue;
-		if (due <= now)
+		if (to_wake && wake <= now)
 		{
 			rl_lock_table_wake_key(n->key, strlen(n->key));
 			n->woken = true;
+			to_wake = false;
 		}
+		if (forget <= now)
+			hash_search(notes, n->key, HASH_REMOVE, NULL);
 		else
-			next_ms = Min(next_ms, (long) ((due - now + 999) / 1000));
+			next_ms = Min(next_ms,
+						  (long) (((to_wake ? wake : forget) - now + 999) / 1000));
 	}
 	return next_ms;
 }
@@ -420,9 +393,13 @@ redlock_wakeup_main(Datum main_arg)
 		 * messages, a new waiter (the latch), a release heard from too few
 		 * nodes for too long, or a look every second
 		 */
-		wait_ms = notes_due(rl_heard, rl_node_timeout_ms, true);
-		wait_ms = Min(wait_ms, fresh_late());
-		wait_ms = Min(wait_ms, notes_due(rl_fresh, RL_WAKEUP_FRESH_MS, false));
+		wait_ms = notes_due(rl_heard, rl_node_timeout_ms, 0,
+							rl_node_timeout_ms);
+		wait_ms = Min(wait_ms,
+					  notes_due(rl_fresh,
+								Min(rl_node_timeout_ms, RL_WAKEUP_FRESH_MS),
+								rl_majority(rl_nodes_count()),
+								RL_WAKEUP_FRESH_MS));
 		wait_ms = Min(wait_ms, rl_handoff_remote_due());
 		if (rl_worker_nodes_configured())
 			rl_nodes_ping_idle(RL_WAKEUP_PING_MS);
