@@ -90,7 +90,9 @@ key_notes(const char *name)
  * majority of a release, every node of a new subscription), wake the key's
  * first waiter here.  The note stays (until notes_due lets it go) so that
  * the other nodes' word on the same event is not taken for a new one; a
- * node that speaks again starts a new note.
+ * node that announces a release again starts a new note (one that
+ * confirms a subscription again, sent it twice as a new connection, does
+ * not).
  */
 static void
 note_node(HTAB *notes, int node, const char *key)
@@ -102,7 +104,7 @@ note_node(HTAB *notes, int node, const char *key)
 		rl_majority(rl_nodes_count());
 
 	n = hash_search(notes, key, HASH_ENTER, &found);
-	if (!found || (n->nodes & bit) != 0)
+	if (!found || ((n->nodes & bit) != 0 && notes != rl_fresh))
 	{
 		n->nodes = 0;
 		n->since_us = rl_now_us();
