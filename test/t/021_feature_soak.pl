@@ -862,9 +862,10 @@ my $run_heals = sub {
 # (one that cannot run now comes again), then at random; then every fault
 # ends (a server in its crash-restart is waited for).  A fault that needs
 # every node in (two nodes stopped, a wipe of a node two majorities hold
-# alone): once picked and refused, it waits in a queue, and the first there
-# takes the place of every node fault that has run once until it could run
-# (with the quarantine on, nodes are often out).  The wipe of the node two
+# alone): once picked and refused, it waits in a queue; the first there is
+# tried at every turn before any other fault, and takes the place of every
+# node fault that has run once until it could run (with the quarantine on,
+# nodes are often out).  The wipe of the node two
 # majorities share needs the network free as well: while it waits first,
 # it takes the place of the network faults that have run once too (in CI
 # a main phase once passed without it, the network always busy when the
@@ -887,6 +888,15 @@ my $nemesis = sub {
 	{
 		$run_heals->(0);
 		$crash_over->();
+		if (time >= $next && @due && $act{ $due[0] }->())
+		{
+			# the fault waiting first could run now: it takes this turn
+			# (in CI a main phase once passed without SIGSTOP two nodes,
+			# every node in only while other faults' turns came)
+			$did{ $due[0] } = 1;
+			shift @due;
+			$next = time + 0.3 + rand(1.2);
+		}
 		if (time >= $next)
 		{
 			my $want = @todo ? shift @todo : $pick->(@kinds);
